@@ -1,0 +1,444 @@
+//! CommitLog: the single append-only log every message of every topic is written to first,
+//! as a sequence of MappedFile segments addressed by a global physical offset.
+//!
+//! Appends are serialised by one mutex that covers only memory work (assigning queue offsets,
+//! sealing the record, copying it into the map); flushing to disk happens elsewhere
+//! ([`crate::flush`]), so no lock is held across an fsync.
+
+use std::collections::HashMap;
+use std::ops::Deref;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+
+use conveyor_protocol::message::{seal_record, RecordView, BLANK_MAGIC, END_FILE_MIN_BLANK_LENGTH};
+use conveyor_protocol::sysflag;
+
+use crate::error::{Result, StoreError};
+use crate::mapped_file::{list_offsets, sync_dir, MappedFile};
+
+/// Records encoded for one queue, appended together (a single message is a batch of one).
+#[derive(Debug, Default)]
+pub struct EncodedBatch {
+    /// Records back to back, QUEUEOFFSET/PHYSICALOFFSET still unset.
+    pub buf: Vec<u8>,
+    /// Size of each record in `buf`.
+    pub sizes: Vec<usize>,
+}
+
+/// Where a record landed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Placement {
+    pub physical_offset: u64,
+    pub queue_offset: i64,
+    pub size: usize,
+}
+
+/// Next queue offset of every (topic, queue id): RocketMQ's topic queue table.
+#[derive(Debug, Default)]
+pub(crate) struct QueueOffsetTable(HashMap<String, HashMap<i32, i64>>);
+
+impl QueueOffsetTable {
+    pub(crate) fn get(&self, topic: &str, queue_id: i32) -> i64 {
+        self.0
+            .get(topic)
+            .and_then(|q| q.get(&queue_id))
+            .copied()
+            .unwrap_or(0)
+    }
+
+    pub(crate) fn set(&mut self, topic: &str, queue_id: i32, next: i64) {
+        match self.0.get_mut(topic) {
+            Some(q) => {
+                q.insert(queue_id, next);
+            }
+            None => {
+                self.0
+                    .insert(topic.to_string(), HashMap::from([(queue_id, next)]));
+            }
+        }
+    }
+}
+
+/// State guarded by the append mutex.
+#[derive(Debug)]
+pub(crate) struct AppendState {
+    /// Physical offset the next record is written at.
+    pub(crate) write_pos: u64,
+    pub(crate) queue_offsets: QueueOffsetTable,
+}
+
+/// A record (or several) read from the CommitLog without copying: it keeps its segment
+/// mapped even if retention deletes the file meanwhile.
+#[derive(Clone)]
+pub struct RecordSlice {
+    file: Arc<MappedFile>,
+    pos: u64,
+    len: usize,
+}
+
+impl Deref for RecordSlice {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        self.file.read(self.pos, self.len)
+    }
+}
+
+impl std::fmt::Debug for RecordSlice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "RecordSlice({}+{}, {} bytes)", self.file.base(), self.pos, self.len)
+    }
+}
+
+/// The append-only log.
+pub struct CommitLog {
+    dir: PathBuf,
+    segment_size: u64,
+    segments: RwLock<Vec<Arc<MappedFile>>>,
+    append: Mutex<AppendState>,
+    /// Everything below is fully written and may be read (release-published by appenders).
+    committed: AtomicU64,
+    /// Everything below is durable.
+    flushed: AtomicU64,
+}
+
+/// What recovery found.
+#[derive(Debug, Clone, Copy)]
+pub struct Recovered {
+    /// End of the intact prefix; everything from here on was wiped.
+    pub valid_end: u64,
+    /// Bytes verified by the scan.
+    pub scanned: u64,
+}
+
+impl CommitLog {
+    /// Opens the segments in `dir` without validating their content (see [`CommitLog::recover`]).
+    pub fn open(dir: &Path, segment_size: u64) -> Result<Self> {
+        std::fs::create_dir_all(dir).map_err(|source| StoreError::Io {
+            context: format!("create {}", dir.display()),
+            source,
+        })?;
+        let mut segments = Vec::new();
+        for base in list_offsets(dir)? {
+            if base % segment_size != 0 {
+                return Err(StoreError::Corrupt(format!(
+                    "commit log segment {base} is not aligned to the segment size {segment_size}"
+                )));
+            }
+            if let Some(prev) = segments.last().map(|s: &Arc<MappedFile>| s.end()) {
+                if prev != base {
+                    return Err(StoreError::Corrupt(format!(
+                        "commit log has a gap: segment {base} follows one ending at {prev}"
+                    )));
+                }
+            }
+            segments.push(Arc::new(MappedFile::open(dir, base, segment_size)?));
+        }
+        let start = segments.first().map_or(0, |s| s.base());
+        Ok(Self {
+            dir: dir.to_path_buf(),
+            segment_size,
+            segments: RwLock::new(segments),
+            append: Mutex::new(AppendState {
+                write_pos: start,
+                queue_offsets: QueueOffsetTable::default(),
+            }),
+            committed: AtomicU64::new(start),
+            flushed: AtomicU64::new(start),
+        })
+    }
+
+    /// Scans from the segment holding `scan_from`, verifying every record, calling `visit`
+    /// for each intact one, and cuts the log at the first damaged byte: the rest of that
+    /// segment is zeroed and later segments are deleted.
+    pub fn recover(
+        &self,
+        scan_from: u64,
+        require_record_crc: bool,
+        mut visit: impl FnMut(u64, RecordView<'_>),
+    ) -> Result<Recovered> {
+        let segments = self.segments_snapshot();
+        let Some(first) = segments.first() else {
+            return Ok(Recovered {
+                valid_end: 0,
+                scanned: 0,
+            });
+        };
+        let scan_from = scan_from.clamp(first.base(), segments[segments.len() - 1].base());
+        let mut idx = ((scan_from - first.base()) / self.segment_size) as usize;
+        let start = segments[idx].base();
+        let mut pos = 0u64; // within segments[idx]
+        let valid_end = loop {
+            let seg = &segments[idx];
+            let data = seg.all();
+            let rest = &data[pos as usize..];
+            let phys = seg.base() + pos;
+            if rest.len() >= END_FILE_MIN_BLANK_LENGTH {
+                let magic = u32::from_be_bytes([rest[4], rest[5], rest[6], rest[7]]);
+                let size = u32::from_be_bytes([rest[0], rest[1], rest[2], rest[3]]) as usize;
+                if magic == BLANK_MAGIC && size == rest.len() {
+                    if idx + 1 < segments.len() {
+                        idx += 1;
+                        pos = 0;
+                        continue;
+                    }
+                    break seg.end();
+                }
+            }
+            match RecordView::parse_verified(rest, require_record_crc) {
+                Ok(view) if view.physical_offset() == phys as i64 => {
+                    visit(phys, view);
+                    pos += view.total_size() as u64;
+                }
+                _ => break phys,
+            }
+        };
+        self.truncate_at(&segments, valid_end, start)?;
+        let mut state = self.lock_append();
+        state.write_pos = valid_end;
+        self.committed.store(valid_end, Ordering::Release);
+        self.flushed.store(valid_end, Ordering::Release);
+        Ok(Recovered {
+            valid_end,
+            scanned: valid_end - start,
+        })
+    }
+
+    /// Wipes everything from `end` on and makes the scanned part durable: bytes recovered
+    /// from the page cache after a process crash may never have been flushed.
+    fn truncate_at(&self, segments: &[Arc<MappedFile>], end: u64, scan_start: u64) -> Result<()> {
+        let mut keep = Vec::with_capacity(segments.len());
+        for seg in segments {
+            if seg.base() > end {
+                tracing::warn!(segment = %seg.path().display(), "deleting commit log segment past the recovered end");
+                seg.delete()?;
+                continue;
+            }
+            if end < seg.end() {
+                seg.zero_from(end - seg.base());
+            }
+            if seg.end() > scan_start {
+                seg.flush_all()?;
+            }
+            seg.set_flushed(end.min(seg.end()) - seg.base());
+            keep.push(seg.clone());
+        }
+        sync_dir(&self.dir)?;
+        *self.segments.write().unwrap_or_else(|e| e.into_inner()) = keep;
+        Ok(())
+    }
+
+    /// Locks the append state. A poisoned lock means an appender panicked mid-write; the
+    /// state is still consistent because `committed` was not advanced past its record.
+    pub(crate) fn lock_append(&self) -> MutexGuard<'_, AppendState> {
+        self.append.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Appends a batch for one queue under the append lock. On error nothing of the batch
+    /// becomes visible and the bytes already copied are wiped.
+    pub(crate) fn append_locked(
+        &self,
+        state: &mut AppendState,
+        topic: &str,
+        queue_id: i32,
+        batch: &mut EncodedBatch,
+        out: &mut Vec<Placement>,
+    ) -> Result<()> {
+        let start_pos = state.write_pos;
+        let first_qoff = state.queue_offsets.get(topic, queue_id);
+        let mut qoff = first_qoff;
+        let mut at = 0usize;
+        let mut result = Ok(());
+        for &size in &batch.sizes {
+            let record = &mut batch.buf[at..at + size];
+            at += size;
+            let seg = match self.segment_for(state.write_pos, size) {
+                Ok(seg) => seg,
+                Err(e) => {
+                    result = Err(e);
+                    break;
+                }
+            };
+            if seg.base() > state.write_pos {
+                // The record did not fit: the old segment got its blank marker.
+                state.write_pos = seg.base();
+            }
+            let phys = state.write_pos;
+            // Prepared and rolled-back transaction records never enter a ConsumeQueue, so
+            // they take no queue offset (RocketMQ writes 0).
+            let flag = i32::from_be_bytes([record[36], record[37], record[38], record[39]]);
+            let consumable = sysflag::is_consumable(flag);
+            seal_record(record, if consumable { qoff } else { 0 }, phys as i64);
+            seg.write(phys - seg.base(), record);
+            out.push(Placement {
+                physical_offset: phys,
+                queue_offset: qoff,
+                size,
+            });
+            state.write_pos += size as u64;
+            qoff += i64::from(consumable);
+        }
+        if let Err(e) = result {
+            self.wipe_from(start_pos);
+            state.write_pos = start_pos;
+            out.clear();
+            return Err(e);
+        }
+        state.queue_offsets.set(topic, queue_id, qoff);
+        self.committed.store(state.write_pos, Ordering::Release);
+        Ok(())
+    }
+
+    fn wipe_from(&self, pos: u64) {
+        if let Some(seg) = self.segment_at(pos) {
+            seg.zero_from(pos - seg.base());
+        }
+    }
+
+    /// The segment a record of `size` bytes starting at `pos` goes to: the current one if it
+    /// fits with room for a blank marker, else (after writing the marker) a new one.
+    fn segment_for(&self, pos: u64, size: usize) -> Result<Arc<MappedFile>> {
+        let current = self.segment_at(pos);
+        if let Some(seg) = &current {
+            let room = seg.end() - pos;
+            if size as u64 + END_FILE_MIN_BLANK_LENGTH as u64 <= room {
+                return Ok(seg.clone());
+            }
+        }
+        let next_base = match &current {
+            Some(seg) => seg.end(),
+            None => pos.next_multiple_of(self.segment_size),
+        };
+        let next = self.roll(next_base)?;
+        if let Some(seg) = current {
+            let room = seg.end() - pos;
+            let mut marker = [0u8; 8];
+            marker[..4].copy_from_slice(&(room as u32).to_be_bytes());
+            marker[4..].copy_from_slice(&BLANK_MAGIC.to_be_bytes());
+            seg.write(pos - seg.base(), &marker);
+        }
+        Ok(next)
+    }
+
+    fn roll(&self, base: u64) -> Result<Arc<MappedFile>> {
+        if let Some(seg) = self.segment_at(base) {
+            return Ok(seg);
+        }
+        let seg = Arc::new(MappedFile::open(&self.dir, base, self.segment_size)?);
+        sync_dir(&self.dir)?;
+        tracing::debug!(segment = %seg.path().display(), "created commit log segment");
+        self.segments
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(seg.clone());
+        Ok(seg)
+    }
+
+    /// The segment containing `pos`, if any.
+    pub fn segment_at(&self, pos: u64) -> Option<Arc<MappedFile>> {
+        let segs = self.segments.read().unwrap_or_else(|e| e.into_inner());
+        let first = segs.first()?.base();
+        if pos < first {
+            return None;
+        }
+        segs.get(((pos - first) / self.segment_size) as usize).cloned()
+    }
+
+    /// A copy of the segment list.
+    pub fn segments_snapshot(&self) -> Vec<Arc<MappedFile>> {
+        self.segments
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Lowest physical offset still on disk.
+    pub fn min_offset(&self) -> u64 {
+        let segs = self.segments.read().unwrap_or_else(|e| e.into_inner());
+        segs.first()
+            .map_or_else(|| self.committed.load(Ordering::Acquire), |s| s.base())
+    }
+
+    /// End of the readable log.
+    pub fn max_offset(&self) -> u64 {
+        self.committed.load(Ordering::Acquire)
+    }
+
+    /// End of the durable log.
+    pub fn flushed_offset(&self) -> u64 {
+        self.flushed.load(Ordering::Acquire)
+    }
+
+    /// Reads `size` bytes at `phys` if the whole range is published and on disk.
+    pub fn read(&self, phys: u64, size: usize) -> Option<RecordSlice> {
+        if phys + size as u64 > self.max_offset() {
+            return None;
+        }
+        let file = self.segment_at(phys)?;
+        if phys + size as u64 > file.end() {
+            return None;
+        }
+        Some(RecordSlice {
+            pos: phys - file.base(),
+            file,
+            len: size,
+        })
+    }
+
+    /// Reads the record starting at `phys`, checking it really is a record start. Returns
+    /// `None` for offsets that are not a record boundary (bad input from a client).
+    pub fn read_record_at(&self, phys: u64) -> Option<RecordSlice> {
+        let head = self.read(phys, 8)?;
+        let size = u32::from_be_bytes([head[0], head[1], head[2], head[3]]) as usize;
+        let slice = self.read(phys, size)?;
+        let view = RecordView::parse(&slice).ok()?;
+        (view.physical_offset() == phys as i64).then_some(slice)
+    }
+
+    /// Flushes everything below `upto` to disk, oldest segment first, and returns the new
+    /// flushed offset.
+    pub fn flush(&self, upto: u64) -> Result<u64> {
+        let from = self.flushed_offset();
+        if upto <= from {
+            return Ok(from);
+        }
+        for seg in self.segments_snapshot() {
+            if seg.end() <= from || seg.base() >= upto {
+                continue;
+            }
+            seg.flush(upto.min(seg.end()) - seg.base())?;
+        }
+        self.flushed.fetch_max(upto, Ordering::AcqRel);
+        Ok(upto)
+    }
+
+    /// Deletes the oldest segments that `select` picks (never the one being written), oldest
+    /// first, stopping at the first it does not pick. Returns the new minimum offset.
+    pub fn delete_segments(&self, mut select: impl FnMut(&MappedFile) -> bool) -> Result<u64> {
+        let write_pos = self.max_offset();
+        let mut segs = self.segments.write().unwrap_or_else(|e| e.into_inner());
+        let mut removed = 0;
+        // The last segment always stays: it anchors the write position across restarts.
+        let deletable = segs.len().saturating_sub(1);
+        for seg in segs.iter().take(deletable) {
+            if seg.end() > write_pos || !select(seg) {
+                break;
+            }
+            seg.delete()?;
+            tracing::info!(segment = %seg.path().display(), "deleted commit log segment");
+            removed += 1;
+        }
+        segs.drain(..removed);
+        let min = segs.first().map_or(write_pos, |s| s.base());
+        drop(segs);
+        if removed > 0 {
+            sync_dir(&self.dir)?;
+        }
+        Ok(min)
+    }
+
+    /// Segment size in bytes.
+    pub fn segment_size(&self) -> u64 {
+        self.segment_size
+    }
+}

@@ -1,0 +1,65 @@
+//! The store's typed errors. Callers (the broker) map each to a RocketMQ response code, so
+//! every failure a client can cause or observe has its own variant and a message that says
+//! what to do.
+
+use std::io;
+use std::path::PathBuf;
+
+/// Errors returned by the store.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The encoded record is larger than `max_message_size`.
+    #[error("message of {size} bytes exceeds the maximum message size of {max} bytes")]
+    MessageTooLarge { size: usize, max: usize },
+    /// The topic name breaks RocketMQ's rules.
+    #[error("invalid topic {topic:?}: {reason}")]
+    InvalidTopic { topic: String, reason: &'static str },
+    /// The message itself cannot be encoded (for example properties over 32 767 bytes).
+    #[error("invalid message: {0}")]
+    InvalidMessage(#[from] conveyor_protocol::message::RecordError),
+    /// Writes are refused because the disk is over the full watermark or out of space.
+    #[error("disk full: {0}")]
+    DiskFull(String),
+    /// Another process holds the store directory.
+    #[error("store directory {0} is locked by another process")]
+    Locked(PathBuf),
+    /// An IO operation failed.
+    #[error("{context}: {source}")]
+    Io {
+        context: String,
+        #[source]
+        source: io::Error,
+    },
+    /// On-disk state that recovery cannot repair (for example a gap between segments).
+    #[error("store corrupt: {0}")]
+    Corrupt(String),
+    /// The configuration is inconsistent.
+    #[error("invalid store configuration: {0}")]
+    InvalidConfig(String),
+    /// The store is shutting down or has shut down.
+    #[error("store is shut down")]
+    ShutDown,
+}
+
+/// Store result.
+pub type Result<T, E = StoreError> = std::result::Result<T, E>;
+
+/// Adds context to IO errors: `file.sync_all().ctx(|| format!("fsync {path:?}"))`.
+pub(crate) trait IoContext<T> {
+    fn ctx<F: FnOnce() -> String>(self, f: F) -> Result<T>;
+}
+
+impl<T> IoContext<T> for io::Result<T> {
+    fn ctx<F: FnOnce() -> String>(self, f: F) -> Result<T> {
+        self.map_err(|source| {
+            if source.raw_os_error() == Some(libc::ENOSPC) {
+                StoreError::DiskFull(format!("{}: {source}", f()))
+            } else {
+                StoreError::Io {
+                    context: f(),
+                    source,
+                }
+            }
+        })
+    }
+}
