@@ -2,7 +2,19 @@
 //!
 //! - [`message`]: the stored/pulled message record, properties, message ids, tag hash codes.
 //! - [`sysflag`]: SYSFLAG bits.
+//! - [`code`]: request/response codes, language codes, version ordinals, serialize types.
+//! - [`command`]: `RemotingCommand`, the logical content of a frame, with typed header access.
+//! - [`frame`]: the length-prefixed frame and its JSON / ROCKETMQ binary headers.
+//! - [`batch`]: the SEND_BATCH_MESSAGE body.
+//! - [`route`]: JSON bodies for routes, registration, heartbeats, locks and consumer lists.
+//! - [`json`]: the compact, ASCII-escaped JSON dialect RocketMQ peers expect.
 #![forbid(unsafe_code)]
 
+pub mod batch;
+pub mod code;
+pub mod command;
+pub mod frame;
+pub mod json;
 pub mod message;
+pub mod route;
 pub mod sysflag;
