@@ -86,7 +86,13 @@ impl Deref for RecordSlice {
 
 impl std::fmt::Debug for RecordSlice {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "RecordSlice({}+{}, {} bytes)", self.file.base(), self.pos, self.len)
+        write!(
+            f,
+            "RecordSlice({}+{}, {} bytes)",
+            self.file.base(),
+            self.pos,
+            self.len
+        )
     }
 }
 
@@ -341,7 +347,8 @@ impl CommitLog {
         if pos < first {
             return None;
         }
-        segs.get(((pos - first) / self.segment_size) as usize).cloned()
+        segs.get(((pos - first) / self.segment_size) as usize)
+            .cloned()
     }
 
     /// A copy of the segment list.

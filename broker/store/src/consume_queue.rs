@@ -211,7 +211,9 @@ impl ConsumeQueue {
         if byte < first {
             return None;
         }
-        files.get(((byte - first) / self.file_size) as usize).cloned()
+        files
+            .get(((byte - first) / self.file_size) as usize)
+            .cloned()
     }
 
     /// The entry at `queue_offset`, if it is within [min, max).

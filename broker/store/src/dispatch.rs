@@ -6,8 +6,8 @@
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use conveyor_protocol::message::{keys, RecordView, BLANK_MAGIC};
 use conveyor_protocol::message::tag_hash_code;
+use conveyor_protocol::message::{keys, RecordView, BLANK_MAGIC};
 use conveyor_protocol::sysflag;
 
 use crate::consume_queue::CqEntry;
@@ -86,7 +86,8 @@ pub(crate) fn walk(
         let rel = pos - seg.base();
         let avail = (to.min(seg.end()) - pos) as usize;
         let head = seg.read(rel, avail.min(8));
-        if head.len() == 8 && u32::from_be_bytes([head[4], head[5], head[6], head[7]]) == BLANK_MAGIC
+        if head.len() == 8
+            && u32::from_be_bytes([head[4], head[5], head[6], head[7]]) == BLANK_MAGIC
         {
             pos = seg.end();
             continue;
@@ -124,7 +125,13 @@ pub(crate) fn run(inner: &Inner) {
                 Ok(())
             });
             let stuck = match result {
-                Ok(reached) => inner.dispatched.fetch_max(reached, Ordering::AcqRel).max(reached) < to,
+                Ok(reached) => {
+                    inner
+                        .dispatched
+                        .fetch_max(reached, Ordering::AcqRel)
+                        .max(reached)
+                        < to
+                }
                 Err(e) => {
                     tracing::error!(error = %e, "dispatch failed; retrying");
                     true

@@ -21,7 +21,11 @@ const ENTRY: u64 = 20;
 /// Java's `String.hashCode()` of `topic#key`, made non-negative as RocketMQ does.
 pub fn key_hash(topic: &str, key: &str) -> u32 {
     let mut h: i32 = 0;
-    for unit in topic.encode_utf16().chain("#".encode_utf16()).chain(key.encode_utf16()) {
+    for unit in topic
+        .encode_utf16()
+        .chain("#".encode_utf16())
+        .chain(key.encode_utf16())
+    {
         h = h.wrapping_mul(31).wrapping_add(unit as i32);
     }
     // Math.abs(Integer.MIN_VALUE) stays negative in Java; RocketMQ then uses 0.
@@ -215,7 +219,11 @@ impl IndexService {
     /// Commit-log offset of the newest indexed record, if any.
     pub fn indexed_upto(&self) -> Option<u64> {
         let files = self.files.read().unwrap_or_else(|e| e.into_inner());
-        files.iter().rev().find(|f| !f.is_empty()).map(|f| f.end_phys())
+        files
+            .iter()
+            .rev()
+            .find(|f| !f.is_empty())
+            .map(|f| f.end_phys())
     }
 
     /// Indexes `keys` of the record at `phys` (dispatcher only).

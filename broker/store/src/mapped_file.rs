@@ -93,8 +93,7 @@ impl MappedFile {
                 path.display()
             )));
         }
-        if let Err(e) = preallocate(&file, size).ctx(|| format!("preallocate {}", path.display()))
-        {
+        if let Err(e) = preallocate(&file, size).ctx(|| format!("preallocate {}", path.display())) {
             if len == 0 {
                 // Leave no half-made file behind: the next attempt starts clean.
                 let _ = std::fs::remove_file(&path);
@@ -134,7 +133,10 @@ impl MappedFile {
     /// Callers uphold the single-writer invariant: only one thread writes a given range, and
     /// readers read it only after the writer published a position beyond it.
     pub fn write(&self, pos: u64, data: &[u8]) {
-        assert!(pos + data.len() as u64 <= self.size, "write past end of mapped file");
+        assert!(
+            pos + data.len() as u64 <= self.size,
+            "write past end of mapped file"
+        );
         // SAFETY: in bounds (asserted); no reader reads this unpublished range and no other
         // writer writes it (single-writer invariant above).
         unsafe {
@@ -164,7 +166,10 @@ impl MappedFile {
 
     /// Reads `len` bytes at `pos`. Callers read only published ranges.
     pub fn read(&self, pos: u64, len: usize) -> &[u8] {
-        assert!(pos + len as u64 <= self.size, "read past end of mapped file");
+        assert!(
+            pos + len as u64 <= self.size,
+            "read past end of mapped file"
+        );
         // SAFETY: in bounds; the range was published by the writer before this read and is
         // never written again except by recovery/truncation while no reader holds it.
         unsafe { std::slice::from_raw_parts(self.map.as_ptr().add(pos as usize), len) }
@@ -218,7 +223,9 @@ impl MappedFile {
 
     /// Last modification time of the file.
     pub fn modified(&self) -> Option<std::time::SystemTime> {
-        std::fs::metadata(&self.path).and_then(|m| m.modified()).ok()
+        std::fs::metadata(&self.path)
+            .and_then(|m| m.modified())
+            .ok()
     }
 }
 

@@ -39,7 +39,11 @@ pub(crate) fn refresh_disk_full(inner: &Inner) -> Result<f64> {
     let full = usage >= inner.config.disk_full_ratio;
     let was = inner.disk_full.swap(full, Ordering::AcqRel);
     if full && !was {
-        tracing::error!(usage, watermark = inner.config.disk_full_ratio, "disk full: refusing writes");
+        tracing::error!(
+            usage,
+            watermark = inner.config.disk_full_ratio,
+            "disk full: refusing writes"
+        );
     } else if was && !full {
         tracing::info!(usage, "disk has room again: accepting writes");
     }
@@ -76,7 +80,11 @@ pub(crate) fn clean_once(inner: &Inner) -> Result<usize> {
             true
         })?;
         if forced > 0 {
-            tracing::warn!(usage, forced, "disk over the force-clean watermark: deleted the oldest segments");
+            tracing::warn!(
+                usage,
+                forced,
+                "disk over the force-clean watermark: deleted the oldest segments"
+            );
         }
         deleted += forced;
     }

@@ -301,7 +301,9 @@ fn load_queues(
                 continue;
             };
             let cq = ConsumeQueue::open(&q.path(), &name, qid, per_file)?;
-            out.entry(name.clone()).or_default().insert(qid, Arc::new(cq));
+            out.entry(name.clone())
+                .or_default()
+                .insert(qid, Arc::new(cq));
         }
     }
     Ok(out)

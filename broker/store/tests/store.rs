@@ -1,0 +1,312 @@
+//! Behaviour of the store as a whole: puts, reads, restarts, bad input, retention.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::*;
+use conveyor_protocol::message::{tag_hash_code, RecordView};
+use conveyor_store::{FlushMode, GetStatus, MessageStore, StoreConfig, StoreError};
+
+fn open(cfg: StoreConfig) -> MessageStore {
+    MessageStore::open(cfg).expect("open store").0
+}
+
+#[test]
+fn put_then_read_back_by_queue_offset_key_and_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(StoreConfig::small(dir.path()));
+    let mut placements = Vec::new();
+    for i in 0..50u64 {
+        let mut m = message(
+            "TopicA",
+            (i % 3) as i32,
+            &body_for(i, 100),
+            &format!("U{i}"),
+        );
+        m.properties
+            .insert("KEYS", format!("order-{} common", i / 10));
+        m.properties
+            .insert("TAGS", if i % 2 == 0 { "even" } else { "odd" });
+        let r = store.put_message(&m).unwrap();
+        placements.push(r.placements[0]);
+    }
+    assert!(store.wait_dispatched(Duration::from_secs(10)));
+    // Queue offsets are dense per queue and in append order.
+    for q in 0..3 {
+        let expected = (0..50).filter(|i| i % 3 == q).count() as i64;
+        assert_eq!(store.max_offset("TopicA", q as i32), expected);
+        assert_eq!(store.min_offset("TopicA", q as i32), 0);
+    }
+    let r = store.get_messages(
+        "TopicA",
+        0,
+        0,
+        100,
+        1 << 20,
+        &accept_all,
+        &accept_all_records,
+    );
+    assert_eq!(r.status, GetStatus::Found);
+    assert_eq!(r.messages.len(), 17);
+    for (n, slice) in r.messages.iter().enumerate() {
+        let v = RecordView::parse_verified(slice, true).unwrap();
+        let i = (n * 3) as u64;
+        assert_eq!(v.body(), &body_for(i, 100)[..]);
+        assert_eq!(v.queue_offset(), n as i64);
+        assert_eq!(v.property("UNIQ_KEY"), Some(format!("U{i}").as_str()));
+    }
+    // Tag filtering on the ConsumeQueue entry.
+    let even = tag_hash_code("even");
+    let r = store.get_messages(
+        "TopicA",
+        1,
+        0,
+        100,
+        1 << 20,
+        &|e| e.tag_code == even,
+        &accept_all_records,
+    );
+    assert!(r
+        .messages
+        .iter()
+        .all(|s| RecordView::parse(s).unwrap().property("TAGS") == Some("even")));
+    assert_eq!(r.next_begin_offset, store.max_offset("TopicA", 1));
+    // By physical offset, by key and by unique id.
+    let p = placements[7];
+    let v = store.message_at(p.physical_offset).unwrap();
+    assert_eq!(
+        RecordView::parse(&v).unwrap().property("UNIQ_KEY"),
+        Some("U7")
+    );
+    assert!(store.message_at(p.physical_offset + 1).is_none());
+    let hits = store.query_by_key("TopicA", "order-2", 100, 0, i64::MAX);
+    assert_eq!(hits.len(), 10);
+    assert_eq!(
+        store.query_by_key("TopicA", "U33", 10, 0, i64::MAX).len(),
+        1
+    );
+    assert!(store
+        .query_by_key("TopicB", "U33", 10, 0, i64::MAX)
+        .is_empty());
+    // Offset by time: everything was stored after t0.
+    assert_eq!(store.offset_by_time("TopicA", 2, 0), 0);
+    assert_eq!(
+        store.offset_by_time("TopicA", 2, i64::MAX),
+        store.max_offset("TopicA", 2)
+    );
+    // Read statuses at the edges.
+    let max = store.max_offset("TopicA", 0);
+    let r = store.get_messages(
+        "TopicA",
+        0,
+        max,
+        10,
+        1 << 20,
+        &accept_all,
+        &accept_all_records,
+    );
+    assert_eq!(r.status, GetStatus::OffsetOverflowOne);
+    let r = store.get_messages(
+        "TopicA",
+        0,
+        max + 5,
+        10,
+        1 << 20,
+        &accept_all,
+        &accept_all_records,
+    );
+    assert_eq!(
+        (r.status, r.next_begin_offset),
+        (GetStatus::OffsetOverflowBadly, max)
+    );
+    let r = store.get_messages("Nope", 0, 0, 10, 1 << 20, &accept_all, &accept_all_records);
+    assert_eq!(r.status, GetStatus::NoMatchedLogicQueue);
+}
+
+#[test]
+fn survives_clean_restart_and_continues_offsets() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = StoreConfig::small(dir.path());
+    {
+        let store = open(cfg.clone());
+        for i in 0..2000u64 {
+            // Enough data to roll over several 1 MiB segments.
+            store
+                .put_message(&message("T", 0, &body_for(i, 1500), &format!("U{i}")))
+                .unwrap();
+        }
+        store.shutdown().unwrap();
+    }
+    assert!(!dir.path().join("abort").exists());
+    let (store, report) = MessageStore::open(cfg).unwrap();
+    assert!(!report.unclean);
+    assert_eq!(store.max_offset("T", 0), 2000);
+    let r = store
+        .put_message(&message("T", 0, b"next", "U2000"))
+        .unwrap();
+    assert_eq!(r.placements[0].queue_offset, 2000);
+    assert!(store.wait_dispatched(Duration::from_secs(10)));
+    let r = store.get_messages("T", 0, 1990, 20, 1 << 20, &accept_all, &accept_all_records);
+    assert_eq!(r.messages.len(), 11);
+    assert_eq!(RecordView::parse(&r.messages[10]).unwrap().body(), b"next");
+    assert_eq!(store.query_by_key("T", "U5", 1, 0, i64::MAX).len(), 1);
+}
+
+#[test]
+fn batch_is_contiguous_and_atomic() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(StoreConfig::small(dir.path()));
+    let batch: Vec<_> = (0..10)
+        .map(|i| message("B", 1, &body_for(i, 10), &format!("b{i}")))
+        .collect();
+    let r = store.put_messages(&batch).unwrap();
+    let offsets: Vec<_> = r.placements.iter().map(|p| p.queue_offset).collect();
+    assert_eq!(offsets, (0..10).collect::<Vec<_>>());
+    // A batch mixing queues is refused as a whole.
+    let mut bad = batch.clone();
+    bad[3].queue_id = 2;
+    assert!(store.put_messages(&bad).is_err());
+    assert_eq!(
+        store.commit_log_max_offset(),
+        r.placements[9].physical_offset + r.placements[9].size as u64
+    );
+}
+
+#[test]
+fn bad_input_gets_typed_errors_and_leaves_the_store_intact() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(StoreConfig::small(dir.path()));
+    let before = store.commit_log_max_offset();
+    let big = vec![0u8; 300 << 10];
+    assert!(matches!(
+        store.put_message(&message("T", 0, &big, "x")),
+        Err(StoreError::MessageTooLarge { .. })
+    ));
+    for topic in ["", "bad topic", "a/b", &"x".repeat(128)] {
+        assert!(matches!(
+            store.put_message(&message(topic, 0, b"x", "x")),
+            Err(StoreError::InvalidTopic { .. })
+        ));
+    }
+    let mut m = message("T", 0, b"x", "x");
+    m.properties.insert("BIG", "v".repeat(40_000));
+    assert!(matches!(
+        store.put_message(&m),
+        Err(StoreError::InvalidMessage(_))
+    ));
+    assert_eq!(store.commit_log_max_offset(), before);
+    store
+        .put_message(&message("%RETRY%g|x_y-z", 0, b"ok", "ok"))
+        .unwrap();
+}
+
+#[test]
+fn second_open_of_the_same_directory_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let _store = open(StoreConfig::small(dir.path()));
+    let err = MessageStore::open(StoreConfig::small(dir.path())).unwrap_err();
+    assert!(matches!(err, StoreError::Locked(_)), "{err}");
+    assert!(err.to_string().contains("locked"));
+}
+
+#[test]
+fn unwritable_directory_is_a_clear_error() {
+    let err = MessageStore::open(StoreConfig::small("/proc/conveyor-cannot-be-here")).unwrap_err();
+    assert!(matches!(err, StoreError::Io { .. }), "{err}");
+    assert!(err.to_string().contains("conveyor-cannot-be-here"), "{err}");
+}
+
+#[test]
+fn concurrent_appenders_get_dense_ordered_queue_offsets_under_sync_flush() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = StoreConfig::small(dir.path());
+    cfg.flush_mode = FlushMode::Sync;
+    let store = Arc::new(open(cfg));
+    let threads: Vec<_> = (0..8)
+        .map(|t| {
+            let store = store.clone();
+            std::thread::spawn(move || {
+                let mut seen = Vec::new();
+                for i in 0..200u64 {
+                    let id = t * 1000 + i;
+                    let r = store
+                        .put_message(&message("C", 0, &body_for(id, 64), &id.to_string()))
+                        .unwrap();
+                    assert_eq!(r.status, conveyor_store::PutStatus::Ok);
+                    // Acknowledged under SYNC: durable already.
+                    let p = r.placements[0];
+                    assert!(store.commit_log_flushed_offset() >= p.physical_offset + p.size as u64);
+                    seen.push(p);
+                }
+                seen
+            })
+        })
+        .collect();
+    let mut all: Vec<_> = threads
+        .into_iter()
+        .flat_map(|t| t.join().unwrap())
+        .collect();
+    all.sort_by_key(|p| p.physical_offset);
+    // Queue offsets follow append (physical) order exactly.
+    for (n, p) in all.iter().enumerate() {
+        assert_eq!(p.queue_offset, n as i64);
+    }
+}
+
+#[test]
+fn retention_deletes_expired_segments_and_reads_below_report_offset_moved() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = StoreConfig::small(dir.path());
+    cfg.retention = Duration::from_secs(3600);
+    cfg.clean_interval = Duration::from_secs(3600); // run rounds by hand
+    let store = open(cfg);
+    for i in 0..3000u64 {
+        store
+            .put_message(&message("R", 0, &body_for(i, 1000), &i.to_string()))
+            .unwrap();
+    }
+    assert!(store.wait_dispatched(Duration::from_secs(10)));
+    let segs: Vec<_> = std::fs::read_dir(dir.path().join("commitlog"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert!(
+        segs.len() >= 3,
+        "need several segments, have {}",
+        segs.len()
+    );
+    // Nothing is old yet.
+    assert_eq!(store.clean_now().unwrap(), 0);
+    // Age every segment by two hours.
+    let old = std::time::SystemTime::now() - Duration::from_secs(7200);
+    for s in &segs {
+        std::fs::File::options()
+            .write(true)
+            .open(s)
+            .unwrap()
+            .set_modified(old)
+            .unwrap();
+    }
+    let deleted = store.clean_now().unwrap();
+    assert_eq!(deleted, segs.len() - 1, "all but the segment being written");
+    let left = std::fs::read_dir(dir.path().join("commitlog"))
+        .unwrap()
+        .count();
+    assert_eq!(left, 1);
+    let min = store.min_offset("R", 0);
+    assert!(min > 0);
+    let r = store.get_messages("R", 0, 0, 10, 1 << 20, &accept_all, &accept_all_records);
+    assert_eq!(
+        (r.status, r.next_begin_offset),
+        (GetStatus::OffsetTooSmall, min)
+    );
+    let r = store.get_messages("R", 0, min, 10, 1 << 20, &accept_all, &accept_all_records);
+    assert_eq!(r.status, GetStatus::Found);
+    // Old ConsumeQueue files went too.
+    let cq_files = std::fs::read_dir(dir.path().join("consumequeue/R/0"))
+        .unwrap()
+        .count();
+    assert!(cq_files < 3, "consume queue files left: {cq_files}");
+}
