@@ -409,8 +409,16 @@ impl<'a> RecordView<'a> {
         need(total, buf.len())?;
         let buf = &buf[..total];
         let sys_flag = be_i32(buf, SYS_FLAG_POS);
-        let born_len = if sys_flag & sysflag::BORNHOST_V6 != 0 { 20 } else { 8 };
-        let store_len = if sys_flag & sysflag::STOREHOST_V6 != 0 { 20 } else { 8 };
+        let born_len = if sys_flag & sysflag::BORNHOST_V6 != 0 {
+            20
+        } else {
+            8
+        };
+        let store_len = if sys_flag & sysflag::STOREHOST_V6 != 0 {
+            20
+        } else {
+            8
+        };
         let store_ts_pos = 48 + born_len;
         let store_host_pos = store_ts_pos + 8;
         let body_len_pos = store_host_pos + store_len + 4 + 8;
@@ -731,7 +739,9 @@ mod tests {
     fn detects_corruption_outside_the_body() {
         let mut props = Properties::new();
         props.insert("KEYS", "k1");
-        let mut rec = sample("T", b"hello".to_vec(), props, false).encode().unwrap();
+        let mut rec = sample("T", b"hello".to_vec(), props, false)
+            .encode()
+            .unwrap();
         seal_record(&mut rec, 5, 100);
         RecordView::parse_verified(&rec, true).unwrap();
         // Flip a byte of the queue id: only the record checksum sees it.
@@ -754,8 +764,11 @@ mod tests {
     }
 
     fn arb_props() -> impl Strategy<Value = Properties> {
-        prop::collection::vec(("[A-Za-z_][A-Za-z0-9_#]{0,12}", "[^\u{1}\u{2}]{0,40}"), 0..8)
-            .prop_map(|kv| kv.into_iter().collect())
+        prop::collection::vec(
+            ("[A-Za-z_][A-Za-z0-9_#]{0,12}", "[^\u{1}\u{2}]{0,40}"),
+            0..8,
+        )
+        .prop_map(|kv| kv.into_iter().collect())
     }
 
     proptest! {
