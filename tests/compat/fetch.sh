@@ -43,6 +43,9 @@ artifacts_present() {
   [[ -x "$OUT/compat-go" ]]
 }
 
+# Debian's Maven 3.8 prints colour resets even in batch mode; drop them (and the empty lines they leave).
+strip_colors() { sed -e 's/\x1b\[[0-9;]*m//g' -e '/^$/d'; }
+
 for tool in java javac mvn go sha256sum; do
   command -v "$tool" >/dev/null || { echo "fetch.sh: $tool not found on PATH" >&2; exit 1; }
 done
@@ -60,11 +63,11 @@ for p in "${PROFILES[@]}"; do
   build="$OUT/java-build"
   rm -rf "${build:?}/$p"
   echo "compat: building Java tests ($p)"
-  mvn -B -q -ntp -Dstyle.color=never -f "$HERE/java/pom.xml" -P "$p" \
+  mvn -B -q -ntp -f "$HERE/java/pom.xml" -P "$p" \
     -Dmaven.repo.local="$M2" \
     -Dcompat.buildDir="$build" \
     -Dmdep.outputFile="$build/$p.deps" \
-    compile dependency:build-classpath
+    compile dependency:build-classpath 2>&1 | strip_colors
   echo "$build/$p/classes:$(cat "$build/$p.deps")" > "$OUT/java-$p.classpath.tmp"
   version="$(tr ':' '\n' < "$build/$p.deps" | sed -n 's|.*/rocketmq-client-\([0-9][^/]*\)\.jar$|\1|p' | head -1)"
   [[ -n "$version" ]] || { echo "fetch.sh: rocketmq-client not on the $p classpath" >&2; exit 1; }

@@ -8,6 +8,9 @@
 #   RESTART_BROKER_CMD   optional shell command run between the two phases of scenario (f); it must return
 #                        once the broker is back. Unset: both phases still run, without a restart.
 #   COMPAT_CLIENTS       subset to run, default "rmq4 rmq5 go mqadmin"
+#   COMPAT_MQADMIN_CLIENTS  tools versions for the mqadmin checks, default "rmq5"; "rmq5 rmq4" adds 4.9.x
+#                        (4.9.x clusterList needs getTransferedTps in the broker runtime info, which the
+#                        Apache 5.x broker no longer reports)
 #   COMPAT_TIMEOUT_SECS  per-wait timeout inside the programs (default 60-180 s depending on the wait)
 #   COMPAT_TEST_TIMEOUT  hard limit per program in seconds (default 600)
 #   COMPAT_LOG_DIR       where client logs and stderr go (default ~/.cache/conveyor/compat/logs/<time>)
@@ -19,6 +22,7 @@ set -uo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 OUT="${CONVEYOR_CACHE:-$HOME/.cache/conveyor}/compat"
 CLIENTS="${COMPAT_CLIENTS:-rmq4 rmq5 go mqadmin}"
+MQADMIN_CLIENTS="${COMPAT_MQADMIN_CLIENTS:-rmq5}"
 TEST_TIMEOUT="${COMPAT_TEST_TIMEOUT:-600}"
 
 if [[ -z "${NAMESRV_ADDR:-}" ]]; then
@@ -66,12 +70,17 @@ run_program() {
   return 1
 }
 
+# java_cmd PROFILE CLASS ARGS... : the java command line for one client generation (an argv, so that
+# `timeout` can run it directly).
 java_cmd() {
   local profile="$1"
   shift
   local logroot="$LOG_DIR/java-$profile"
   mkdir -p "$logroot"
-  java -Xms64m -Xmx1g -Drocketmq.client.logRoot="$logroot" -cp "$(cat "$OUT/java-$profile.classpath")" "$@"
+  # The logback file keeps 4.9.x client logging (slf4j via the tools' logback) off stdout.
+  JAVA_ARGV=(java -Xms64m -Xmx1g -Drocketmq.client.logRoot="$logroot"
+    -Dlogback.configurationFile="$HERE/mqadmin/conf/logback_tools.xml" -Dcompat.logDir="$logroot"
+    -cp "$(cat "$OUT/java-$profile.classpath")" "$@")
 }
 
 run_java_client() {
@@ -79,14 +88,20 @@ run_java_client() {
   ver="$(cat "$OUT/java-$p.version")"
   local prefix="java-$ver"
 
-  run_program "$prefix/a-send-receive" java_cmd "$p" conveyor.compat.SendReceive
-  run_program "$prefix/b-split-group" java_cmd "$p" conveyor.compat.SplitGroup
-  run_program "$prefix/c-lite-pull" java_cmd "$p" conveyor.compat.LitePull
-  run_program "$prefix/d-query-message" java_cmd "$p" conveyor.compat.QueryMessage
-  run_program "$prefix/e-tag-filter" java_cmd "$p" conveyor.compat.TagFilter
+  java_cmd "$p" conveyor.compat.SendReceive
+  run_program "$prefix/a-send-receive" "${JAVA_ARGV[@]}"
+  java_cmd "$p" conveyor.compat.SplitGroup
+  run_program "$prefix/b-split-group" "${JAVA_ARGV[@]}"
+  java_cmd "$p" conveyor.compat.LitePull
+  run_program "$prefix/c-lite-pull" "${JAVA_ARGV[@]}"
+  java_cmd "$p" conveyor.compat.QueryMessage
+  run_program "$prefix/d-query-message" "${JAVA_ARGV[@]}"
+  java_cmd "$p" conveyor.compat.TagFilter
+  run_program "$prefix/e-tag-filter" "${JAVA_ARGV[@]}"
 
   local state="$LOG_DIR/resume-$p.state"
-  if run_program "$prefix/f-resume-phase1" java_cmd "$p" conveyor.compat.Resume phase1 "$state"; then
+  java_cmd "$p" conveyor.compat.Resume phase1 "$state"
+  if run_program "$prefix/f-resume-phase1" "${JAVA_ARGV[@]}"; then
     if [[ -n "${RESTART_BROKER_CMD:-}" ]]; then
       echo "run.sh: restarting the broker: $RESTART_BROKER_CMD" >&2
       if bash -c "$RESTART_BROKER_CMD" >"$LOG_DIR/restart-$p.log" 2>&1; then
@@ -98,7 +113,8 @@ run_java_client() {
     else
       echo "run.sh: RESTART_BROKER_CMD not set; scenario (f) phase 2 runs without a broker restart" >&2
     fi
-    run_program "$prefix/f-resume-phase2" java_cmd "$p" conveyor.compat.Resume phase2 "$state"
+    java_cmd "$p" conveyor.compat.Resume phase2 "$state"
+    run_program "$prefix/f-resume-phase2" "${JAVA_ARGV[@]}"
   else
     fail "$prefix/f-resume-phase2" "not run because phase 1 failed"
   fi
@@ -109,7 +125,8 @@ run_go_client() {
   ver="$(go version -m "$OUT/compat-go" 2>/dev/null | awk '$2 == "github.com/apache/rocketmq-client-go/v2" {print $3}')"
   # The Go push consumer refuses to start on a topic without a route: create it up front.
   topic="compat_t_go_$(date +%s)_$RANDOM"
-  if ! java_cmd rmq5 conveyor.compat.Tool create-topic "$topic" 4 >"$LOG_DIR/go-topic.log" 2>&1; then
+  java_cmd rmq5 conveyor.compat.Tool create-topic "$topic" 4
+  if ! "${JAVA_ARGV[@]}" >"$LOG_DIR/go-topic.log" 2>&1; then
     sed 's/^/  # /' "$LOG_DIR/go-topic.log" | tail -n 20
     fail "go-${ver:-unknown}/send-receive" "could not create topic $topic"
     return
@@ -159,7 +176,8 @@ run_mqadmin() {
   local prefix="mqadmin-$ver"
   export MQADMIN_CLIENT="$p"
 
-  if ! cluster="$(java_cmd "$p" conveyor.compat.Tool cluster-name 2>"$LOG_DIR/mqadmin-cluster.log")"; then
+  java_cmd "$p" conveyor.compat.Tool cluster-name
+  if ! cluster="$("${JAVA_ARGV[@]}" 2>"$LOG_DIR/mqadmin-cluster.log")"; then
     sed 's/^/  # /' "$LOG_DIR/mqadmin-cluster.log" | tail -n 10
     fail "$prefix" "could not read the cluster name from the name server"
     return
@@ -189,7 +207,7 @@ for client in $CLIENTS; do
     rmq4 | rmq5) run_java_client "$client" ;;
     go) run_go_client ;;
     mqadmin)
-      for p in rmq5 rmq4; do run_mqadmin "$p"; done
+      for p in $MQADMIN_CLIENTS; do run_mqadmin "$p"; done
       ;;
     *) fail "run.sh" "unknown client '$client' in COMPAT_CLIENTS" ;;
   esac

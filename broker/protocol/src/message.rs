@@ -238,7 +238,13 @@ impl StoredMessage {
     pub fn encode(&self) -> Result<Vec<u8>, RecordError> {
         let props = self.properties.encode();
         let mut buf = Vec::new();
-        encode_record(self, &props, &mut buf)?;
+        encode_record(
+            self,
+            &props,
+            self.store_timestamp,
+            self.store_host,
+            &mut buf,
+        )?;
         Ok(buf)
     }
 }
@@ -258,14 +264,17 @@ fn put_host(buf: &mut Vec<u8>, addr: &SocketAddr) {
     buf.extend_from_slice(&(addr.port() as i32).to_be_bytes());
 }
 
-/// Encodes a record into `buf` (cleared first). `props` is the raw properties string, which
-/// must not already carry a checksum trailer. SYSFLAG's host-version bits are set from the
+/// Appends one record to `buf` and returns its size. `props` is the raw properties string,
+/// which must not already carry a checksum trailer; STORETIMESTAMP and STOREHOST are given
+/// separately because the store stamps them. SYSFLAG's host-version bits are set from the
 /// host addresses. The checksum trailer is filled by [`seal_record`].
 pub fn encode_record(
     msg: &StoredMessage,
     props: &[u8],
+    store_timestamp: i64,
+    store_host: SocketAddr,
     buf: &mut Vec<u8>,
-) -> Result<(), RecordError> {
+) -> Result<usize, RecordError> {
     let needs_sep = !props.is_empty() && props.last() != Some(&PROPERTY_SEPARATOR);
     let props_total = props.len() + usize::from(needs_sep) + RECORD_CRC_TRAILER_LEN;
     if props_total > MAX_PROPERTIES_LEN {
@@ -276,7 +285,7 @@ pub fn encode_record(
         return Err(RecordError::TopicTooLong(topic.len()));
     }
     let v2 = topic.len() > 127;
-    let total = 84 + host_len(&msg.born_host) - 8 + host_len(&msg.store_host) - 8
+    let total = 84 + host_len(&msg.born_host) - 8 + host_len(&store_host) - 8
         + 4
         + msg.body.len()
         + if v2 { 2 } else { 1 }
@@ -287,10 +296,10 @@ pub fn encode_record(
     if msg.born_host.is_ipv6() {
         sys_flag |= sysflag::BORNHOST_V6;
     }
-    if msg.store_host.is_ipv6() {
+    if store_host.is_ipv6() {
         sys_flag |= sysflag::STOREHOST_V6;
     }
-    buf.clear();
+    let start = buf.len();
     buf.reserve(total);
     buf.extend_from_slice(&(total as i32).to_be_bytes());
     buf.extend_from_slice(&(if v2 { MAGIC_V2 } else { MAGIC_V1 }).to_be_bytes());
@@ -302,8 +311,8 @@ pub fn encode_record(
     buf.extend_from_slice(&sys_flag.to_be_bytes());
     buf.extend_from_slice(&msg.born_timestamp.to_be_bytes());
     put_host(buf, &msg.born_host);
-    buf.extend_from_slice(&msg.store_timestamp.to_be_bytes());
-    put_host(buf, &msg.store_host);
+    buf.extend_from_slice(&store_timestamp.to_be_bytes());
+    put_host(buf, &store_host);
     buf.extend_from_slice(&msg.reconsume_times.to_be_bytes());
     buf.extend_from_slice(&msg.prepared_transaction_offset.to_be_bytes());
     buf.extend_from_slice(&(msg.body.len() as i32).to_be_bytes());
@@ -322,8 +331,8 @@ pub fn encode_record(
     buf.extend_from_slice(RECORD_CRC_KEY);
     buf.extend_from_slice(b"0000000000");
     buf.push(PROPERTY_SEPARATOR);
-    debug_assert_eq!(buf.len(), total);
-    Ok(())
+    debug_assert_eq!(buf.len() - start, total);
+    Ok(total)
 }
 
 /// CRC32 of a body as RocketMQ stores it (masked to 31 bits).
@@ -478,12 +487,8 @@ impl<'a> RecordView<'a> {
     /// every record, so its store passes `require_record_crc = true`: a record whose trailer is
     /// missing or mangled is damaged. Records written by Apache RocketMQ have no trailer.
     pub fn verify(&self, require_record_crc: bool) -> Result<(), RecordError> {
-        let stored = be_u32(self.buf, 8);
-        let computed = body_crc(self.body());
-        if stored != computed {
-            return Err(RecordError::BodyCrc { stored, computed });
-        }
         match self.record_crc() {
+            // The record checksum covers the body too: one pass over the bytes is enough.
             Some((stored, covered)) => {
                 let computed = crc32fast::hash(&self.buf[..covered]);
                 if stored != computed {
@@ -491,7 +496,13 @@ impl<'a> RecordView<'a> {
                 }
             }
             None if require_record_crc => return Err(RecordError::MissingRecordCrc),
-            None => {}
+            None => {
+                let stored = be_u32(self.buf, 8);
+                let computed = body_crc(self.body());
+                if stored != computed {
+                    return Err(RecordError::BodyCrc { stored, computed });
+                }
+            }
         }
         std::str::from_utf8(self.topic_bytes()).map_err(|_| RecordError::TopicNotUtf8)?;
         Ok(())

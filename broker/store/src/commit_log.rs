@@ -115,6 +115,8 @@ pub struct Recovered {
     pub valid_end: u64,
     /// Bytes verified by the scan.
     pub scanned: u64,
+    /// Time the verifying scan took.
+    pub scan_elapsed: std::time::Duration,
 }
 
 impl CommitLog {
@@ -168,11 +170,13 @@ impl CommitLog {
             return Ok(Recovered {
                 valid_end: 0,
                 scanned: 0,
+                scan_elapsed: std::time::Duration::ZERO,
             });
         };
         let scan_from = scan_from.clamp(first.base(), segments[segments.len() - 1].base());
         let mut idx = ((scan_from - first.base()) / self.segment_size) as usize;
         let start = segments[idx].base();
+        let started = std::time::Instant::now();
         let mut pos = 0u64; // within segments[idx]
         let valid_end = loop {
             let seg = &segments[idx];
@@ -199,6 +203,7 @@ impl CommitLog {
                 _ => break phys,
             }
         };
+        let scan_elapsed = started.elapsed();
         self.truncate_at(&segments, valid_end, start)?;
         let mut state = self.lock_append();
         state.write_pos = valid_end;
@@ -207,6 +212,7 @@ impl CommitLog {
         Ok(Recovered {
             valid_end,
             scanned: valid_end - start,
+            scan_elapsed,
         })
     }
 

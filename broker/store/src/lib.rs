@@ -28,6 +28,6 @@ pub use consume_queue::CqEntry;
 pub use error::{Result, StoreError};
 pub use retention::disk_usage;
 pub use store::{
-    validate_topic, ArrivalListener, GetResult, GetStatus, MessageStore, PutResult, PutStatus,
-    RecoveryReport,
+    validate_topic, AcceptAll, ArrivalListener, GetResult, GetStatus, MessageFilter, MessageStore,
+    PutResult, PutStatus, RecoveryReport,
 };

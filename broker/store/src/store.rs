@@ -100,6 +100,26 @@ pub struct GetResult {
     pub max_offset: i64,
 }
 
+/// Decides which messages a read returns. Tag-code filtering happens on the ConsumeQueue
+/// entry, before the CommitLog is touched; `matches_record` then sees the record itself (for
+/// the exact tag check behind a hash match, or property filters).
+pub trait MessageFilter {
+    /// Checks the entry (commit-log offset, size, tag hash).
+    fn matches_entry(&self, _entry: &CqEntry) -> bool {
+        true
+    }
+    /// Checks the record.
+    fn matches_record(&self, _record: &RecordView<'_>) -> bool {
+        true
+    }
+}
+
+/// Accepts every message.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct AcceptAll;
+
+impl MessageFilter for AcceptAll {}
+
 /// Scan at most this many entries per read when a filter skips messages
 /// (RocketMQ's `maxFilterMessageCount`).
 const MAX_FILTER_SCAN: usize = 16_000;
@@ -258,7 +278,9 @@ pub struct RecoveryReport {
     pub valid_end: u64,
     /// Bytes verified.
     pub scanned: u64,
-    /// Time the recovery took.
+    /// Time the verifying scan took.
+    pub scan_elapsed: Duration,
+    /// Time the whole recovery took (scan, queue repair, re-dispatch, checkpoint).
     pub elapsed: Duration,
 }
 
@@ -413,6 +435,7 @@ impl MessageStore {
             scan_from,
             valid_end: end,
             scanned: recovered.scanned,
+            scan_elapsed: recovered.scan_elapsed,
             elapsed: started.elapsed(),
         };
         tracing::info!(?report, "store recovered");
@@ -473,26 +496,21 @@ impl MessageStore {
         inner.check_disk()?;
         let store_ts = now_ms();
         let mut batch = EncodedBatch::default();
-        let mut scratch = Vec::new();
         for m in messages {
             if m.topic != first.topic || m.queue_id != first.queue_id {
                 return Err(StoreError::InvalidConfig(
                     "a batch must target one topic and queue".into(),
                 ));
             }
-            let mut m = m.clone();
-            m.store_timestamp = store_ts;
-            m.store_host = inner.config.store_host;
             let props = m.properties.encode();
-            encode_record(&m, &props, &mut scratch)?;
-            if scratch.len() > inner.config.max_message_size {
+            let size = encode_record(m, &props, store_ts, inner.config.store_host, &mut batch.buf)?;
+            if size > inner.config.max_message_size {
                 return Err(StoreError::MessageTooLarge {
-                    size: scratch.len(),
+                    size,
                     max: inner.config.max_message_size,
                 });
             }
-            batch.sizes.push(scratch.len());
-            batch.buf.extend_from_slice(&scratch);
+            batch.sizes.push(size);
         }
         let mut placements = Vec::with_capacity(messages.len());
         {
@@ -556,8 +574,7 @@ impl MessageStore {
     }
 
     /// Reads up to `max_count` messages (and about `max_bytes`) from a queue starting at
-    /// `offset`, keeping those `filter` accepts (tag-code filtering happens on the entry,
-    /// before the CommitLog is touched; `filter_record` sees the record itself).
+    /// `offset`, keeping those `filter` accepts.
     pub fn get_messages(
         &self,
         topic: &str,
@@ -565,8 +582,7 @@ impl MessageStore {
         offset: i64,
         max_count: usize,
         max_bytes: usize,
-        filter: &dyn Fn(&CqEntry) -> bool,
-        filter_record: &dyn Fn(&RecordView<'_>) -> bool,
+        filter: &dyn MessageFilter,
     ) -> GetResult {
         let mut result = GetResult {
             status: GetStatus::NoMatchedLogicQueue,
@@ -621,7 +637,7 @@ impl MessageStore {
                 break;
             }
             next += 1;
-            if !filter(&entry) {
+            if !filter.matches_entry(&entry) {
                 continue;
             }
             let Some(slice) = self
@@ -633,7 +649,7 @@ impl MessageStore {
                 continue;
             };
             match RecordView::parse(&slice) {
-                Ok(view) if filter_record(&view) => {}
+                Ok(view) if filter.matches_record(&view) => {}
                 Ok(_) => continue,
                 Err(_) => {
                     status = GetStatus::OffsetFoundNull;

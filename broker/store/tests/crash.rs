@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use conveyor_protocol::message::RecordView;
-use conveyor_store::{FlushMode, MessageStore, PutStatus, StoreConfig};
+use conveyor_store::{AcceptAll, FlushMode, MessageStore, PutStatus, StoreConfig};
 use rand::{Rng, SeedableRng};
 
 const TOPIC: &str = "Crash";
@@ -114,15 +114,7 @@ fn verify(dir: &Path, mode: FlushMode, ledger: &[Ack]) -> Result<(), String> {
         let max = store.max_offset(TOPIC, q);
         let mut offset = store.min_offset(TOPIC, q);
         while offset < max {
-            let r = store.get_messages(
-                TOPIC,
-                q,
-                offset,
-                64,
-                1 << 20,
-                &accept_all,
-                &accept_all_records,
-            );
+            let r = store.get_messages(TOPIC, q, offset, 64, 1 << 20, &AcceptAll);
             if r.messages.is_empty() {
                 return Err(format!(
                     "queue {q}: no messages at {offset} below max {max}"

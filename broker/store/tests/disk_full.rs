@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use common::*;
 use conveyor_protocol::message::RecordView;
-use conveyor_store::{MessageStore, StoreConfig, StoreError};
+use conveyor_store::{AcceptAll, MessageStore, StoreConfig, StoreError};
 
 /// A tmpfs mounted on a temp dir, unmounted on drop.
 struct Tmpfs {
@@ -71,15 +71,7 @@ fn check_readable(store: &MessageStore, ids: &[u64]) {
     let mut offset = store.min_offset("Full", 0);
     let mut seen = Vec::new();
     while offset < store.max_offset("Full", 0) {
-        let r = store.get_messages(
-            "Full",
-            0,
-            offset,
-            256,
-            1 << 22,
-            &accept_all,
-            &accept_all_records,
-        );
+        let r = store.get_messages("Full", 0, offset, 256, 1 << 22, &AcceptAll);
         for s in &r.messages {
             let v = RecordView::parse_verified(s, true).unwrap();
             let id: u64 = v.property("UNIQ_KEY").unwrap().parse().unwrap();

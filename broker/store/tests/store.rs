@@ -7,10 +7,20 @@ use std::time::Duration;
 
 use common::*;
 use conveyor_protocol::message::{tag_hash_code, RecordView};
-use conveyor_store::{FlushMode, GetStatus, MessageStore, StoreConfig, StoreError};
+use conveyor_store::{
+    AcceptAll, FlushMode, GetStatus, MessageFilter, MessageStore, StoreConfig, StoreError,
+};
 
 fn open(cfg: StoreConfig) -> MessageStore {
     MessageStore::open(cfg).expect("open store").0
+}
+
+struct TagCode(i64);
+
+impl MessageFilter for TagCode {
+    fn matches_entry(&self, e: &conveyor_store::CqEntry) -> bool {
+        e.tag_code == self.0
+    }
 }
 
 #[test]
@@ -36,18 +46,10 @@ fn put_then_read_back_by_queue_offset_key_and_time() {
     // Queue offsets are dense per queue and in append order.
     for q in 0..3 {
         let expected = (0..50).filter(|i| i % 3 == q).count() as i64;
-        assert_eq!(store.max_offset("TopicA", q as i32), expected);
-        assert_eq!(store.min_offset("TopicA", q as i32), 0);
+        assert_eq!(store.max_offset("TopicA", q), expected);
+        assert_eq!(store.min_offset("TopicA", q), 0);
     }
-    let r = store.get_messages(
-        "TopicA",
-        0,
-        0,
-        100,
-        1 << 20,
-        &accept_all,
-        &accept_all_records,
-    );
+    let r = store.get_messages("TopicA", 0, 0, 100, 1 << 20, &AcceptAll);
     assert_eq!(r.status, GetStatus::Found);
     assert_eq!(r.messages.len(), 17);
     for (n, slice) in r.messages.iter().enumerate() {
@@ -59,15 +61,7 @@ fn put_then_read_back_by_queue_offset_key_and_time() {
     }
     // Tag filtering on the ConsumeQueue entry.
     let even = tag_hash_code("even");
-    let r = store.get_messages(
-        "TopicA",
-        1,
-        0,
-        100,
-        1 << 20,
-        &|e| e.tag_code == even,
-        &accept_all_records,
-    );
+    let r = store.get_messages("TopicA", 1, 0, 100, 1 << 20, &TagCode(even));
     assert!(r
         .messages
         .iter()
@@ -98,30 +92,14 @@ fn put_then_read_back_by_queue_offset_key_and_time() {
     );
     // Read statuses at the edges.
     let max = store.max_offset("TopicA", 0);
-    let r = store.get_messages(
-        "TopicA",
-        0,
-        max,
-        10,
-        1 << 20,
-        &accept_all,
-        &accept_all_records,
-    );
+    let r = store.get_messages("TopicA", 0, max, 10, 1 << 20, &AcceptAll);
     assert_eq!(r.status, GetStatus::OffsetOverflowOne);
-    let r = store.get_messages(
-        "TopicA",
-        0,
-        max + 5,
-        10,
-        1 << 20,
-        &accept_all,
-        &accept_all_records,
-    );
+    let r = store.get_messages("TopicA", 0, max + 5, 10, 1 << 20, &AcceptAll);
     assert_eq!(
         (r.status, r.next_begin_offset),
         (GetStatus::OffsetOverflowBadly, max)
     );
-    let r = store.get_messages("Nope", 0, 0, 10, 1 << 20, &accept_all, &accept_all_records);
+    let r = store.get_messages("Nope", 0, 0, 10, 1 << 20, &AcceptAll);
     assert_eq!(r.status, GetStatus::NoMatchedLogicQueue);
 }
 
@@ -148,7 +126,7 @@ fn survives_clean_restart_and_continues_offsets() {
         .unwrap();
     assert_eq!(r.placements[0].queue_offset, 2000);
     assert!(store.wait_dispatched(Duration::from_secs(10)));
-    let r = store.get_messages("T", 0, 1990, 20, 1 << 20, &accept_all, &accept_all_records);
+    let r = store.get_messages("T", 0, 1990, 20, 1 << 20, &AcceptAll);
     assert_eq!(r.messages.len(), 11);
     assert_eq!(RecordView::parse(&r.messages[10]).unwrap().body(), b"next");
     assert_eq!(store.query_by_key("T", "U5", 1, 0, i64::MAX).len(), 1);
@@ -297,12 +275,12 @@ fn retention_deletes_expired_segments_and_reads_below_report_offset_moved() {
     assert_eq!(left, 1);
     let min = store.min_offset("R", 0);
     assert!(min > 0);
-    let r = store.get_messages("R", 0, 0, 10, 1 << 20, &accept_all, &accept_all_records);
+    let r = store.get_messages("R", 0, 0, 10, 1 << 20, &AcceptAll);
     assert_eq!(
         (r.status, r.next_begin_offset),
         (GetStatus::OffsetTooSmall, min)
     );
-    let r = store.get_messages("R", 0, min, 10, 1 << 20, &accept_all, &accept_all_records);
+    let r = store.get_messages("R", 0, min, 10, 1 << 20, &AcceptAll);
     assert_eq!(r.status, GetStatus::Found);
     // Old ConsumeQueue files went too.
     let cq_files = std::fs::read_dir(dir.path().join("consumequeue/R/0"))

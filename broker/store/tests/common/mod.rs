@@ -54,11 +54,3 @@ pub fn wait_until(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
         std::thread::sleep(Duration::from_millis(2));
     }
 }
-
-pub fn accept_all(_: &conveyor_store::CqEntry) -> bool {
-    true
-}
-
-pub fn accept_all_records(_: &conveyor_protocol::message::RecordView<'_>) -> bool {
-    true
-}
