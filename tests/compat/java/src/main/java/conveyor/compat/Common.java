@@ -213,19 +213,27 @@ final class Common {
      * automatic topic creation.
      */
     static void createTopic(DefaultMQAdminExt admin, String topic, int queues, Diag diag) throws Exception {
-        var cluster = admin.examineBrokerClusterInfo();
+        // A broker that has just started may not have registered with the name server yet: wait for one.
         List<String> masters = new ArrayList<>();
-        for (var broker : cluster.getBrokerAddrTable().values()) {
-            String addr = broker.getBrokerAddrs().get(0L);
-            if (addr != null) {
-                masters.add(addr);
+        final String[] lastCluster = {"-"};
+        await("a master broker registered with the name server", timeoutMillis(60), () -> {
+            try {
+                var cluster = admin.examineBrokerClusterInfo();
+                lastCluster[0] = String.valueOf(cluster.getBrokerAddrTable());
+                masters.clear();
+                for (var broker : cluster.getBrokerAddrTable().values()) {
+                    String addr = broker.getBrokerAddrs().get(0L);
+                    if (addr != null) {
+                        masters.add(addr);
+                    }
+                }
+                return !masters.isEmpty();
+            } catch (Exception e) {
+                lastCluster[0] = e.toString();
+                return false;
             }
-        }
+        }, () -> "GET_BROKER_CLUSTER_INFO brokerAddrTable: " + lastCluster[0]);
         diag.add("master brokers from GET_BROKER_CLUSTER_INFO: " + masters);
-        if (masters.isEmpty()) {
-            throw new Failure("name server reports no master broker (cluster info: "
-                    + cluster.getBrokerAddrTable() + ")");
-        }
         TopicConfig config = new TopicConfig(topic, queues, queues, 6 /* read|write */);
         for (String addr : masters) {
             admin.createAndUpdateTopicConfig(addr, config);

@@ -32,9 +32,12 @@ public final class QueryMessage {
             Senders.sendSync(producer, msgs);
             long timeout = Common.timeoutMillis(60);
 
+            final String[] last = {"-"};
+            final Expected[] current = {null};
+            diag.addLater(() -> current[0] == null ? "no lookup done"
+                    : "last lookup of " + current[0].key + " (" + current[0].sendInfo + "): " + last[0]);
             for (Expected e : msgs) {
-                final String[] last = {"-"};
-                diag.addLater(() -> "last lookup of " + e.key + " (" + e.sendInfo + "): " + last[0]);
+                current[0] = e;
 
                 Common.await("viewMessage(offsetMsgId " + e.offsetMsgId + ")", timeout,
                         () -> identical(e, () -> admin.viewMessage(topic, e.offsetMsgId), last), () -> last[0]);
@@ -58,7 +61,8 @@ public final class QueryMessage {
             }
 
             String shared = msgs.get(0).sharedKey;
-            final String[] last = {"-"};
+            current[0] = null;
+            diag.addLater(() -> "last shared-key query: " + last[0]);
             Common.await("queryMessage(shared key " + shared + ") to return all " + total + " messages", timeout, () -> {
                 try {
                     QueryResult r = admin.queryMessage(topic, shared, 64, begin, Long.MAX_VALUE);

@@ -136,7 +136,8 @@ public final class Resume {
             }
         }, () -> lastRoute[0]);
 
-        List<Expected> msgs = Senders.build(topic, run, PHASE2_FIRST_INDEX, PHASE2_COUNT);
+        // Fresh keys, so that re-running phase2 on the same state file cannot confuse old and new messages.
+        List<Expected> msgs = Senders.build(topic, Common.newRunId(), PHASE2_FIRST_INDEX, PHASE2_COUNT);
         Collector collector = new Collector();
         collector.expect(msgs);
         diag.addLater(() -> "phase2 consumer: " + collector.report());
