@@ -1,0 +1,162 @@
+//! Starting and stopping a Conveyor process: a name server, a broker, or both
+//! (`standalone`), with the HTTP probe port. The binary and the integration tests both use
+//! this, so tests run the exact code `conveyor standalone` runs, on ephemeral ports.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use conveyor_store::StoreConfig;
+use tokio::net::TcpListener;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use crate::broker::{Broker, BrokerConfig, BrokerError};
+use crate::health::{self, HealthState};
+use crate::namesrv::NameServer;
+use crate::remoting::serve;
+
+/// Largest frame accepted from clients (RocketMQ's 16 MiB).
+pub const MAX_FRAME: usize = 16 << 20;
+
+/// Which servers this process runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    NameServer,
+    Broker,
+    Standalone,
+}
+
+/// Everything needed to start.
+#[derive(Debug, Clone)]
+pub struct AppConfig {
+    pub role: Role,
+    /// Name server listen address (NameServer, Standalone).
+    pub namesrv_listen: SocketAddr,
+    /// Broker listen address (Broker, Standalone).
+    pub broker_listen: SocketAddr,
+    /// HTTP probe/metrics listen address; `None` disables it.
+    pub http_listen: Option<SocketAddr>,
+    /// Broker settings. An empty `advertised_addr` means "derive from the listen address";
+    /// in standalone mode empty `namesrv_addrs` means "the embedded name server".
+    pub broker: BrokerConfig,
+    /// Store settings (root = data dir).
+    pub store: StoreConfig,
+}
+
+/// Why the process could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        addr: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Broker(#[from] BrokerError),
+    #[error("opening the broker panicked")]
+    Panicked,
+}
+
+/// A running process.
+pub struct Running {
+    pub namesrv_addr: Option<SocketAddr>,
+    pub broker_addr: Option<SocketAddr>,
+    pub http_addr: Option<SocketAddr>,
+    pub broker: Option<Arc<Broker>>,
+    shutdown: CancellationToken,
+    tasks: JoinSet<()>,
+}
+
+async fn bind(addr: SocketAddr) -> Result<TcpListener, StartError> {
+    TcpListener::bind(addr)
+        .await
+        .map_err(|source| StartError::Bind { addr, source })
+}
+
+/// The address clients should use for a listener bound to `local`.
+fn advertise(local: SocketAddr) -> String {
+    if local.ip().is_unspecified() {
+        format!("127.0.0.1:{}", local.port())
+    } else {
+        local.to_string()
+    }
+}
+
+/// Starts the configured servers.
+pub async fn start(mut cfg: AppConfig) -> Result<Running, StartError> {
+    let shutdown = CancellationToken::new();
+    let mut tasks = JoinSet::new();
+    let mut running = Running {
+        namesrv_addr: None,
+        broker_addr: None,
+        http_addr: None,
+        broker: None,
+        shutdown: shutdown.clone(),
+        tasks: JoinSet::new(),
+    };
+    if matches!(cfg.role, Role::NameServer | Role::Standalone) {
+        let listener = bind(cfg.namesrv_listen).await?;
+        let addr = listener.local_addr().map_err(|source| StartError::Bind {
+            addr: cfg.namesrv_listen,
+            source,
+        })?;
+        running.namesrv_addr = Some(addr);
+        let ns = NameServer::new();
+        tasks.spawn(ns.clone().run_expiry(shutdown.clone()));
+        tasks.spawn(serve(listener, ns, shutdown.clone(), MAX_FRAME));
+        tracing::info!(%addr, "name server listening");
+        if cfg.role == Role::Standalone && cfg.broker.namesrv_addrs.is_empty() {
+            cfg.broker.namesrv_addrs = vec![advertise(addr)];
+        }
+    }
+    if matches!(cfg.role, Role::Broker | Role::Standalone) {
+        let listener = bind(cfg.broker_listen).await?;
+        let addr = listener.local_addr().map_err(|source| StartError::Bind {
+            addr: cfg.broker_listen,
+            source,
+        })?;
+        if cfg.broker.advertised_addr.is_empty() {
+            cfg.broker.advertised_addr = advertise(addr);
+        }
+        let (broker_cfg, store_cfg) = (cfg.broker.clone(), cfg.store.clone());
+        // Opening recovers the store: blocking work, off the async threads.
+        let broker = tokio::task::spawn_blocking(move || Broker::open(broker_cfg, store_cfg))
+            .await
+            .map_err(|_| StartError::Panicked)??;
+        running.broker_addr = Some(addr);
+        running.broker = Some(broker.clone());
+        tasks.spawn(broker.clone().run_background(shutdown.clone()));
+        tasks.spawn(broker.clone().run_schedule(shutdown.clone()));
+        tasks.spawn(serve(listener, broker, shutdown.clone(), MAX_FRAME));
+        tracing::info!(%addr, advertised = %cfg.broker.advertised_addr, "broker listening");
+    }
+    if let Some(http) = cfg.http_listen {
+        let listener = bind(http).await?;
+        running.http_addr = listener.local_addr().ok();
+        let state = HealthState {
+            broker: running.broker.clone(),
+        };
+        tasks.spawn(health::serve(listener, state, shutdown.clone()));
+    }
+    running.tasks = tasks;
+    Ok(running)
+}
+
+impl Running {
+    /// Graceful stop: stop accepting, finish requests in flight, unregister, persist offsets,
+    /// flush and close the store.
+    pub async fn stop(mut self) {
+        self.shutdown.cancel();
+        while self.tasks.join_next().await.is_some() {}
+        if let Some(broker) = self.broker.take() {
+            let _ = tokio::task::spawn_blocking(move || broker.close()).await;
+        }
+        tracing::info!("stopped");
+    }
+
+    /// Resolves when the process was asked to stop by [`Running::shutdown_token`].
+    pub fn shutdown_token(&self) -> CancellationToken {
+        self.shutdown.clone()
+    }
+}

@@ -1,0 +1,594 @@
+//! Admin requests: topic and group management and the statistics `mqadmin` prints
+//! (clusterList, topicStatus, consumerProgress, …).
+//!
+//! Several of RocketMQ's admin bodies are maps keyed by a MessageQueue object, which fastjson
+//! writes with the object itself as the key (`{{"brokerName":…}:{…}}`, not strict JSON);
+//! the Java tools parse exactly that, so [`mq_keyed_map`] writes it the same way.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use conveyor_protocol::code::response_code as resp;
+use conveyor_protocol::command::RemotingCommand;
+use conveyor_protocol::json;
+use conveyor_protocol::route::{
+    perm, MessageQueue, SubscriptionData, TopicConfig, TopicConfigSerializeWrapper, TopicFilterType,
+};
+use serde::Serialize;
+
+use super::groups::SubscriptionGroupConfig;
+use super::topics;
+use super::{bad_header, ok, Broker, Reply};
+use crate::remoting::{error_response, Connection};
+
+/// Admin request codes (RocketMQ's RequestCode values).
+pub mod code {
+    pub const UPDATE_AND_CREATE_TOPIC: i32 = 17;
+    pub const GET_ALL_TOPIC_CONFIG: i32 = 21;
+    pub const GET_BROKER_CONFIG: i32 = 26;
+    pub const GET_BROKER_RUNTIME_INFO: i32 = 28;
+    pub const UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: i32 = 200;
+    pub const GET_ALL_SUBSCRIPTIONGROUP_CONFIG: i32 = 201;
+    pub const GET_TOPIC_STATS_INFO: i32 = 202;
+    pub const GET_CONSUMER_CONNECTION_LIST: i32 = 203;
+    pub const DELETE_SUBSCRIPTIONGROUP: i32 = 207;
+    pub const GET_CONSUME_STATS: i32 = 208;
+    pub const DELETE_TOPIC_IN_BROKER: i32 = 215;
+    pub const QUERY_TOPIC_CONSUME_BY_WHO: i32 = 300;
+    pub const QUERY_TOPICS_BY_CONSUMER: i32 = 343;
+    pub const GET_TOPIC_CONFIG: i32 = 351;
+    pub const GET_SUBSCRIPTIONGROUP_CONFIG: i32 = 352;
+}
+
+/// True for the codes this module answers.
+pub fn handles(c: i32) -> bool {
+    use code::*;
+    matches!(
+        c,
+        UPDATE_AND_CREATE_TOPIC
+            | GET_ALL_TOPIC_CONFIG
+            | GET_BROKER_CONFIG
+            | GET_BROKER_RUNTIME_INFO
+            | UPDATE_AND_CREATE_SUBSCRIPTIONGROUP
+            | GET_ALL_SUBSCRIPTIONGROUP_CONFIG
+            | GET_TOPIC_STATS_INFO
+            | GET_CONSUMER_CONNECTION_LIST
+            | DELETE_SUBSCRIPTIONGROUP
+            | GET_CONSUME_STATS
+            | DELETE_TOPIC_IN_BROKER
+            | QUERY_TOPIC_CONSUME_BY_WHO
+            | QUERY_TOPICS_BY_CONSUMER
+            | GET_TOPIC_CONFIG
+            | GET_SUBSCRIPTIONGROUP_CONFIG
+    )
+}
+
+/// Writes `{"<field>":{<mq json>:<value json>,…}, <extra fields>}` the way fastjson does.
+pub fn mq_keyed_map<V: Serialize>(
+    field: &str,
+    entries: &[(MessageQueue, V)],
+    extra: &[(&str, serde_json::Value)],
+) -> Result<Vec<u8>, json::JsonError> {
+    let mut out = String::from("{");
+    for (k, v) in extra {
+        out.push_str(&json::to_string(k)?);
+        out.push(':');
+        out.push_str(&json::to_string(v)?);
+        out.push(',');
+    }
+    out.push_str(&json::to_string(field)?);
+    out.push_str(":{");
+    for (i, (mq, v)) in entries.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        out.push_str(&json::to_string(mq)?);
+        out.push(':');
+        out.push_str(&json::to_string(v)?);
+    }
+    out.push_str("}}");
+    Ok(out.into_bytes())
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct TopicOffset {
+    min_offset: i64,
+    max_offset: i64,
+    last_update_timestamp: i64,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct OffsetWrapper {
+    broker_offset: i64,
+    consumer_offset: i64,
+    pull_offset: i64,
+    last_timestamp: i64,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ConnectionInfo {
+    client_id: String,
+    client_addr: String,
+    language: String,
+    version: i32,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ConsumerConnection {
+    connection_set: Vec<ConnectionInfo>,
+    subscription_table: BTreeMap<String, SubscriptionData>,
+    consume_type: conveyor_protocol::route::ConsumeType,
+    message_model: conveyor_protocol::route::MessageModel,
+    consume_from_where: conveyor_protocol::route::ConsumeFromWhere,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct GroupList {
+    group_list: Vec<String>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct TopicList {
+    topic_list: Vec<String>,
+    broker_addr: String,
+}
+
+#[derive(Serialize)]
+struct GroupTable<'a> {
+    #[serde(rename = "subscriptionGroupTable")]
+    table: BTreeMap<String, &'a SubscriptionGroupConfig>,
+    #[serde(rename = "dataVersion")]
+    data_version: conveyor_protocol::route::DataVersion,
+}
+
+fn internal(req: &RemotingCommand) -> impl Fn(json::JsonError) -> RemotingCommand + '_ {
+    move |e| error_response(req, resp::SYSTEM_ERROR, e.to_string())
+}
+
+impl Broker {
+    fn mq(&self, topic: &str, queue_id: i32) -> MessageQueue {
+        MessageQueue {
+            topic: topic.to_string(),
+            broker_name: self.config.broker_name.clone(),
+            queue_id,
+        }
+    }
+
+    /// Answers the admin codes of [`handles`].
+    pub(crate) async fn admin(
+        self: &Arc<Self>,
+        _conn: &Connection,
+        req: &RemotingCommand,
+    ) -> Reply {
+        match req.code {
+            code::UPDATE_AND_CREATE_TOPIC => self.create_topic(req).await,
+            code::DELETE_TOPIC_IN_BROKER => {
+                let topic = req.get_str("topic").map_err(bad_header(req))?;
+                self.topics
+                    .remove(topic)
+                    .map_err(|e| error_response(req, resp::SYSTEM_ERROR, e.to_string()))?;
+                self.register_all().await;
+                Ok(ok(req))
+            }
+            code::GET_ALL_TOPIC_CONFIG => {
+                let (table, data_version) = self.topics.snapshot();
+                let body = json::to_vec(&TopicConfigSerializeWrapper {
+                    data_version,
+                    topic_config_table: table,
+                    ..Default::default()
+                })
+                .map_err(internal(req))?;
+                Ok(ok(req).with_body(body))
+            }
+            code::GET_TOPIC_CONFIG => {
+                let topic = req.get_str("topic").map_err(bad_header(req))?;
+                let config = self.topics.get(topic).ok_or_else(|| {
+                    error_response(
+                        req,
+                        resp::TOPIC_NOT_EXIST,
+                        format!("No topic in this broker. topic: {topic}"),
+                    )
+                })?;
+                #[derive(Serialize)]
+                struct Body {
+                    #[serde(rename = "topicConfig")]
+                    topic_config: TopicConfig,
+                }
+                Ok(ok(req).with_body(
+                    json::to_vec(&Body {
+                        topic_config: config,
+                    })
+                    .map_err(internal(req))?,
+                ))
+            }
+            code::GET_BROKER_CONFIG => {
+                let text = format!(
+                    "brokerClusterName={}\nbrokerName={}\nbrokerId={}\nbrokerIP1={}\nlistenPort={}\nnamesrvAddr={}\nautoCreateTopicEnable={}\nautoCreateSubscriptionGroup={}\ndefaultTopicQueueNums={}\nflushDiskType={}\nmessageDelayLevel={}\nstorePathRootDir={}\nmaxMessageSize={}\n",
+                    self.config.cluster_name,
+                    self.config.broker_name,
+                    self.config.broker_id,
+                    self.store_host.ip(),
+                    self.store_host.port(),
+                    self.config.namesrv_addrs.join(";"),
+                    self.config.auto_create_topic,
+                    self.config.auto_create_subscription_group,
+                    self.config.default_topic_queue_nums,
+                    if self.sync_flush() { "SYNC_FLUSH" } else { "ASYNC_FLUSH" },
+                    self.config.delay_levels,
+                    self.store.config().root.display(),
+                    self.store.config().max_message_size,
+                );
+                let (_, version) = self.topics.snapshot();
+                Ok(ok(req)
+                    .with_ext("version", json::to_string(&version).map_err(internal(req))?)
+                    .with_body(text.into_bytes()))
+            }
+            code::GET_BROKER_RUNTIME_INFO => self.runtime_info(req),
+            code::GET_TOPIC_STATS_INFO => self.topic_stats(req),
+            code::GET_CONSUME_STATS => self.consume_stats(req),
+            code::GET_CONSUMER_CONNECTION_LIST => self.consumer_connections(req),
+            code::UPDATE_AND_CREATE_SUBSCRIPTIONGROUP => {
+                let config: SubscriptionGroupConfig = json::from_slice(&req.body).map_err(|e| {
+                    error_response(
+                        req,
+                        resp::SYSTEM_ERROR,
+                        format!("bad subscription group body: {e}"),
+                    )
+                })?;
+                if config.group_name.is_empty() {
+                    return Err(error_response(
+                        req,
+                        resp::INVALID_PARAMETER,
+                        "groupName is required",
+                    ));
+                }
+                self.groups
+                    .upsert(config)
+                    .map_err(|e| error_response(req, resp::SYSTEM_ERROR, e.to_string()))?;
+                Ok(ok(req))
+            }
+            code::GET_SUBSCRIPTIONGROUP_CONFIG => {
+                let group = req.get_str("group").map_err(bad_header(req))?;
+                let config = self.groups.get(group).ok_or_else(|| {
+                    error_response(
+                        req,
+                        resp::SUBSCRIPTION_GROUP_NOT_EXIST,
+                        format!("subscription group [{group}] does not exist"),
+                    )
+                })?;
+                Ok(ok(req).with_body(json::to_vec(&config).map_err(internal(req))?))
+            }
+            code::GET_ALL_SUBSCRIPTIONGROUP_CONFIG => {
+                let all = self.groups.all();
+                let body = GroupTable {
+                    table: all.iter().map(|g| (g.group_name.clone(), g)).collect(),
+                    data_version: Default::default(),
+                };
+                Ok(ok(req).with_body(json::to_vec(&body).map_err(internal(req))?))
+            }
+            code::DELETE_SUBSCRIPTIONGROUP => {
+                let group = req.get_str("groupName").map_err(bad_header(req))?;
+                self.groups
+                    .remove(group)
+                    .map_err(|e| error_response(req, resp::SYSTEM_ERROR, e.to_string()))?;
+                Ok(ok(req))
+            }
+            code::QUERY_TOPIC_CONSUME_BY_WHO => {
+                let topic = req.get_str("topic").map_err(bad_header(req))?;
+                let mut groups = self.clients.groups_subscribing(topic);
+                groups.extend(self.offsets.groups_of_topic(topic));
+                groups.sort();
+                groups.dedup();
+                Ok(ok(req).with_body(
+                    json::to_vec(&GroupList { group_list: groups }).map_err(internal(req))?,
+                ))
+            }
+            code::QUERY_TOPICS_BY_CONSUMER => {
+                let group = req.get_str("group").map_err(bad_header(req))?;
+                let mut topics: Vec<String> = self
+                    .offsets
+                    .offsets_of_group(group)
+                    .into_iter()
+                    .map(|(t, _, _)| t)
+                    .collect();
+                topics.sort();
+                topics.dedup();
+                let body = TopicList {
+                    topic_list: topics,
+                    broker_addr: self.config.advertised_addr.clone(),
+                };
+                Ok(ok(req).with_body(json::to_vec(&body).map_err(internal(req))?))
+            }
+            _ => Err(crate::remoting::not_supported(req)),
+        }
+    }
+
+    async fn create_topic(self: &Arc<Self>, req: &RemotingCommand) -> Reply {
+        let bad = bad_header(req);
+        let topic = req.get_str("topic").map_err(&bad)?;
+        conveyor_store::validate_topic(topic)
+            .map_err(|e| error_response(req, resp::INVALID_PARAMETER, e.to_string()))?;
+        if topics::is_forbidden_for_send(topic) || topic == topics::AUTO_CREATE_TOPIC {
+            return Err(error_response(
+                req,
+                resp::INVALID_PARAMETER,
+                format!("the topic[{topic}] is conflict with system topic"),
+            ));
+        }
+        let read = req.get_i32("readQueueNums").map_err(&bad)?;
+        let write = req.get_i32("writeQueueNums").map_err(&bad)?;
+        if !(1..=1024).contains(&read) || !(1..=1024).contains(&write) {
+            return Err(error_response(
+                req,
+                resp::INVALID_PARAMETER,
+                "readQueueNums and writeQueueNums must be between 1 and 1024",
+            ));
+        }
+        let perm = req
+            .get_i32_opt("perm")
+            .map_err(&bad)?
+            .unwrap_or(perm::READ_WRITE);
+        let filter = match req.get_str_opt("topicFilterType") {
+            Some("MULTI_TAG") => TopicFilterType::MultiTag,
+            _ => TopicFilterType::SingleTag,
+        };
+        let mut attributes = BTreeMap::new();
+        for attr in req.get_str_opt("attributes").unwrap_or_default().split(',') {
+            if let Some((k, v)) = attr.strip_prefix('+').and_then(|a| a.split_once('=')) {
+                attributes.insert(k.to_string(), v.to_string());
+            }
+        }
+        let config = TopicConfig {
+            topic_name: topic.to_string(),
+            read_queue_nums: read,
+            write_queue_nums: write,
+            perm,
+            topic_filter_type: filter,
+            topic_sys_flag: req.get_i32_opt("topicSysFlag").map_err(&bad)?.unwrap_or(0),
+            order: req.get_bool_opt("order").map_err(&bad)?.unwrap_or(false),
+            attributes,
+        };
+        self.topics
+            .upsert(config)
+            .map_err(|e| error_response(req, resp::SYSTEM_ERROR, e.to_string()))?;
+        tracing::info!(topic, read, write, perm, "topic created or updated");
+        self.register_all().await;
+        Ok(ok(req))
+    }
+
+    fn runtime_info(&self, req: &RemotingCommand) -> Reply {
+        let uptime = self.started.elapsed().as_secs_f64().max(1.0);
+        let put = self.stats.messages_in.load(Ordering::Relaxed);
+        let get = self.stats.messages_out.load(Ordering::Relaxed);
+        let put_tps = put as f64 / uptime;
+        let get_tps = get as f64 / uptime;
+        let disk = conveyor_store::disk_usage(&self.store.config().root).unwrap_or(0.0);
+        let earliest = self
+            .store
+            .queues()
+            .iter()
+            .filter_map(|(t, q)| self.store.earliest_store_time(t, *q))
+            .min()
+            .unwrap_or(0);
+        let mut table: BTreeMap<String, String> = BTreeMap::new();
+        let mut put_kv = |k: &str, v: String| {
+            table.insert(k.to_string(), v);
+        };
+        put_kv(
+            "brokerVersionDesc",
+            format!("Conveyor {}", env!("CARGO_PKG_VERSION")),
+        );
+        put_kv(
+            "brokerVersion",
+            conveyor_protocol::code::version::CURRENT.to_string(),
+        );
+        put_kv("bootTimestamp", self.boot_timestamp.to_string());
+        put_kv("putTps", format!("{put_tps:.2} {put_tps:.2} {put_tps:.2}"));
+        put_kv(
+            "getTransferedTps",
+            format!("{get_tps:.2} {get_tps:.2} {get_tps:.2}"),
+        );
+        put_kv(
+            "getTransferredTps",
+            format!("{get_tps:.2} {get_tps:.2} {get_tps:.2}"),
+        );
+        put_kv("msgPutTotalTodayNow", put.to_string());
+        put_kv("msgGetTotalTodayNow", get.to_string());
+        for k in [
+            "msgPutTotalTodayMorning",
+            "msgPutTotalYesterdayMorning",
+            "msgGetTotalTodayMorning",
+            "msgGetTotalYesterdayMorning",
+        ] {
+            put_kv(k, "0".into());
+        }
+        for k in [
+            "sendThreadPoolQueueSize",
+            "pullThreadPoolQueueSize",
+            "queryThreadPoolQueueSize",
+            "sendThreadPoolQueueHeadWaitTimeMills",
+            "pullThreadPoolQueueHeadWaitTimeMills",
+            "queryThreadPoolQueueHeadWaitTimeMills",
+            "pageCacheLockTimeMills",
+        ] {
+            put_kv(k, "0".into());
+        }
+        put_kv("earliestMessageTimeStamp", earliest.to_string());
+        put_kv("commitLogDiskRatio", format!("{disk:.4}"));
+        put_kv(
+            "commitLogMinOffset",
+            self.store.commit_log_min_offset().to_string(),
+        );
+        put_kv(
+            "commitLogMaxOffset",
+            self.store.commit_log_max_offset().to_string(),
+        );
+        put_kv(
+            "dispatchBehindBytes",
+            (self.store.commit_log_max_offset() - self.store.dispatched_offset()).to_string(),
+        );
+        put_kv("runtime", format!("[ {} seconds ]", uptime as u64));
+        let body =
+            json::to_vec(&conveyor_protocol::route::KvTable { table }).map_err(internal(req))?;
+        Ok(ok(req).with_body(body))
+    }
+
+    fn topic_stats(&self, req: &RemotingCommand) -> Reply {
+        let topic = req.get_str("topic").map_err(bad_header(req))?;
+        let config = self.topics.get(topic).ok_or_else(|| {
+            error_response(
+                req,
+                resp::TOPIC_NOT_EXIST,
+                format!("topic[{topic}] not exist"),
+            )
+        })?;
+        let entries: Vec<(MessageQueue, TopicOffset)> =
+            (0..config.write_queue_nums.max(config.read_queue_nums))
+                .map(|q| {
+                    let max = self.store.max_offset(topic, q);
+                    let last = if max > 0 {
+                        self.store.store_time_at(topic, q, max - 1).unwrap_or(0)
+                    } else {
+                        0
+                    };
+                    (
+                        self.mq(topic, q),
+                        TopicOffset {
+                            min_offset: self.store.min_offset(topic, q),
+                            max_offset: max,
+                            last_update_timestamp: last,
+                        },
+                    )
+                })
+                .collect();
+        let body = mq_keyed_map(
+            "offsetTable",
+            &entries,
+            &[("topicPutTps", serde_json::json!(0.0))],
+        )
+        .map_err(internal(req))?;
+        Ok(ok(req).with_body(body))
+    }
+
+    fn consume_stats(&self, req: &RemotingCommand) -> Reply {
+        let bad = bad_header(req);
+        let group = req.get_str("consumerGroup").map_err(&bad)?;
+        let only_topic = req.get_str_opt("topic").filter(|t| !t.is_empty());
+        let mut topic_names: Vec<String> = match only_topic {
+            Some(t) => vec![t.to_string()],
+            None => {
+                let mut t: Vec<String> = self
+                    .offsets
+                    .offsets_of_group(group)
+                    .into_iter()
+                    .map(|(t, _, _)| t)
+                    .collect();
+                if let Some(g) = self.clients.consumer_group(group) {
+                    t.extend(g.subscriptions.into_keys());
+                }
+                t
+            }
+        };
+        topic_names.sort();
+        topic_names.dedup();
+        let mut entries = Vec::new();
+        for topic in topic_names {
+            let Some(config) = self.topics.get(&topic) else {
+                continue;
+            };
+            for q in 0..config.read_queue_nums.max(config.write_queue_nums) {
+                let broker_offset = self.store.max_offset(&topic, q);
+                let consumer_offset = self.offsets.query(group, &topic, q).unwrap_or(0);
+                let last_timestamp = if consumer_offset > 0 {
+                    self.store
+                        .store_time_at(&topic, q, consumer_offset - 1)
+                        .unwrap_or(0)
+                } else {
+                    0
+                };
+                entries.push((
+                    self.mq(&topic, q),
+                    OffsetWrapper {
+                        broker_offset,
+                        consumer_offset,
+                        pull_offset: consumer_offset,
+                        last_timestamp,
+                    },
+                ));
+            }
+        }
+        let body = mq_keyed_map(
+            "offsetTable",
+            &entries,
+            &[("consumeTps", serde_json::json!(0.0))],
+        )
+        .map_err(internal(req))?;
+        Ok(ok(req).with_body(body))
+    }
+
+    fn consumer_connections(&self, req: &RemotingCommand) -> Reply {
+        let group = req.get_str("consumerGroup").map_err(bad_header(req))?;
+        let Some(g) = self.clients.consumer_group(group) else {
+            return Err(error_response(
+                req,
+                resp::CONSUMER_NOT_ONLINE,
+                format!("the consumer group[{group}] not online"),
+            ));
+        };
+        let body = ConsumerConnection {
+            connection_set: g
+                .channels
+                .values()
+                .map(|c| ConnectionInfo {
+                    client_id: c.client_id.clone(),
+                    client_addr: c.conn.peer().to_string(),
+                    language: c.language.clone(),
+                    version: c.version,
+                })
+                .collect(),
+            subscription_table: g.subscriptions.into_iter().collect(),
+            consume_type: g.consume_type,
+            message_model: g.message_model,
+            consume_from_where: g.consume_from_where,
+        };
+        Ok(ok(req).with_body(json::to_vec(&body).map_err(internal(req))?))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mq_keyed_maps_use_object_keys_like_fastjson() {
+        let mq = MessageQueue {
+            topic: "T".into(),
+            broker_name: "b".into(),
+            queue_id: 1,
+        };
+        let out = mq_keyed_map(
+            "offsetTable",
+            &[(
+                mq,
+                TopicOffset {
+                    min_offset: 0,
+                    max_offset: 5,
+                    last_update_timestamp: 9,
+                },
+            )],
+            &[("topicPutTps", serde_json::json!(0.0))],
+        )
+        .unwrap();
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            r#"{"topicPutTps":0.0,"offsetTable":{{"brokerName":"b","queueId":1,"topic":"T"}:{"minOffset":0,"maxOffset":5,"lastUpdateTimestamp":9}}}"#
+        );
+    }
+}

@@ -1,0 +1,136 @@
+//! SubscriptionGroupManager: per consumer group settings (retry queues, max reconsume times,
+//! orderly flag), persisted as `config/subscriptionGroup.json` in RocketMQ's shape and created
+//! on first use when `autoCreateSubscriptionGroup` is on.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::RwLock;
+
+use conveyor_protocol::route::DataVersion;
+use serde::{Deserialize, Serialize};
+
+use super::config_file::{ConfigFile, ConfigFileError};
+
+/// One group's settings (RocketMQ's `SubscriptionGroupConfig`, the fields clients and
+/// `mqadmin` use).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct SubscriptionGroupConfig {
+    pub group_name: String,
+    pub consume_enable: bool,
+    pub consume_from_min_enable: bool,
+    pub consume_broadcast_enable: bool,
+    pub consume_message_orderly: bool,
+    pub retry_queue_nums: i32,
+    pub retry_max_times: i32,
+    pub broker_id: i64,
+    pub which_broker_when_consume_slowly: i64,
+    pub notify_consumer_ids_changed_enable: bool,
+    pub group_sys_flag: i32,
+    pub consume_timeout_minute: i32,
+}
+
+impl Default for SubscriptionGroupConfig {
+    fn default() -> Self {
+        Self {
+            group_name: String::new(),
+            consume_enable: true,
+            consume_from_min_enable: true,
+            consume_broadcast_enable: true,
+            consume_message_orderly: false,
+            retry_queue_nums: 1,
+            retry_max_times: 16,
+            broker_id: 0,
+            which_broker_when_consume_slowly: 1,
+            notify_consumer_ids_changed_enable: true,
+            group_sys_flag: 0,
+            consume_timeout_minute: 15,
+        }
+    }
+}
+
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct Persisted {
+    #[serde(rename = "subscriptionGroupTable", default)]
+    table: BTreeMap<String, SubscriptionGroupConfig>,
+    #[serde(rename = "dataVersion", default)]
+    data_version: DataVersion,
+}
+
+/// The group table.
+pub struct SubscriptionGroupManager {
+    file: ConfigFile,
+    state: RwLock<Persisted>,
+    auto_create: bool,
+}
+
+impl SubscriptionGroupManager {
+    /// Loads `config/subscriptionGroup.json`.
+    pub fn load(config_dir: &Path, auto_create: bool) -> Result<Self, ConfigFileError> {
+        let file = ConfigFile::new(config_dir, "subscriptionGroup.json");
+        let state = file.load()?.unwrap_or_default();
+        Ok(Self {
+            file,
+            state: RwLock::new(state),
+            auto_create,
+        })
+    }
+
+    /// The group's config; created with defaults when auto-creation is on.
+    pub fn find_or_create(
+        &self,
+        group: &str,
+    ) -> Result<Option<SubscriptionGroupConfig>, ConfigFileError> {
+        if let Some(c) = self.get(group) {
+            return Ok(Some(c));
+        }
+        if !self.auto_create {
+            return Ok(None);
+        }
+        let config = SubscriptionGroupConfig {
+            group_name: group.to_string(),
+            ..Default::default()
+        };
+        self.upsert(config.clone())?;
+        Ok(Some(config))
+    }
+
+    /// The group's config, if it exists.
+    pub fn get(&self, group: &str) -> Option<SubscriptionGroupConfig> {
+        self.state
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .table
+            .get(group)
+            .cloned()
+    }
+
+    /// Creates or replaces a group.
+    pub fn upsert(&self, config: SubscriptionGroupConfig) -> Result<(), ConfigFileError> {
+        let mut s = self.state.write().unwrap_or_else(|e| e.into_inner());
+        s.table.insert(config.group_name.clone(), config);
+        s.data_version.counter += 1;
+        self.file.store(&*s)
+    }
+
+    /// Removes a group.
+    pub fn remove(&self, group: &str) -> Result<(), ConfigFileError> {
+        let mut s = self.state.write().unwrap_or_else(|e| e.into_inner());
+        if s.table.remove(group).is_some() {
+            s.data_version.counter += 1;
+            self.file.store(&*s)?;
+        }
+        Ok(())
+    }
+
+    /// All groups.
+    pub fn all(&self) -> Vec<SubscriptionGroupConfig> {
+        self.state
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .table
+            .values()
+            .cloned()
+            .collect()
+    }
+}

@@ -1,0 +1,140 @@
+//! ConsumerOffsetManager: the committed offset of each (group, topic, queue), persisted as
+//! `config/consumerOffset.json` (`{"offsetTable":{"topic@group":{"0":12}}}`, RocketMQ's shape)
+//! periodically and on shutdown. Consumers resume from here after any restart.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
+
+use serde::{Deserialize, Serialize};
+
+use super::config_file::{ConfigFile, ConfigFileError};
+
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct Persisted {
+    #[serde(rename = "offsetTable", default)]
+    offset_table: BTreeMap<String, BTreeMap<i32, i64>>,
+}
+
+/// Committed consumer offsets.
+pub struct ConsumerOffsetManager {
+    file: ConfigFile,
+    table: Mutex<HashMap<String, HashMap<i32, i64>>>,
+    dirty: AtomicBool,
+}
+
+fn key(topic: &str, group: &str) -> String {
+    format!("{topic}@{group}")
+}
+
+impl ConsumerOffsetManager {
+    /// Loads `config/consumerOffset.json`.
+    pub fn load(config_dir: &Path) -> Result<Self, ConfigFileError> {
+        let file = ConfigFile::new(config_dir, "consumerOffset.json");
+        let persisted: Persisted = file.load()?.unwrap_or_default();
+        let table = persisted
+            .offset_table
+            .into_iter()
+            .map(|(k, v)| (k, v.into_iter().collect()))
+            .collect();
+        Ok(Self {
+            file,
+            table: Mutex::new(table),
+            dirty: AtomicBool::new(false),
+        })
+    }
+
+    /// The committed offset, if any.
+    pub fn query(&self, group: &str, topic: &str, queue_id: i32) -> Option<i64> {
+        self.table
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&key(topic, group))?
+            .get(&queue_id)
+            .copied()
+    }
+
+    /// Records a commit.
+    pub fn commit(&self, group: &str, topic: &str, queue_id: i32, offset: i64) {
+        self.table
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(key(topic, group))
+            .or_default()
+            .insert(queue_id, offset);
+        self.dirty.store(true, Ordering::Release);
+    }
+
+    /// Every (topic, queue) offset of a group.
+    pub fn offsets_of_group(&self, group: &str) -> Vec<(String, i32, i64)> {
+        let suffix = format!("@{group}");
+        let table = self.table.lock().unwrap_or_else(|e| e.into_inner());
+        let mut out = Vec::new();
+        for (k, queues) in table.iter() {
+            if let Some(topic) = k.strip_suffix(&suffix) {
+                for (q, o) in queues {
+                    out.push((topic.to_string(), *q, *o));
+                }
+            }
+        }
+        out
+    }
+
+    /// Groups with committed offsets for `topic`.
+    pub fn groups_of_topic(&self, topic: &str) -> Vec<String> {
+        let prefix = format!("{topic}@");
+        let table = self.table.lock().unwrap_or_else(|e| e.into_inner());
+        table
+            .keys()
+            .filter_map(|k| k.strip_prefix(&prefix).map(str::to_string))
+            .collect()
+    }
+
+    /// Removes a group's offsets for a topic.
+    pub fn remove(&self, group: &str, topic: &str) {
+        self.table
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&key(topic, group));
+        self.dirty.store(true, Ordering::Release);
+    }
+
+    /// Writes the table if it changed since the last write.
+    pub fn persist(&self) -> Result<(), ConfigFileError> {
+        if !self.dirty.swap(false, Ordering::AcqRel) {
+            return Ok(());
+        }
+        let snapshot = Persisted {
+            offset_table: self
+                .table
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .iter()
+                .map(|(k, v)| (k.clone(), v.iter().map(|(q, o)| (*q, *o)).collect()))
+                .collect(),
+        };
+        self.file.store(&snapshot).inspect_err(|_| {
+            self.dirty.store(true, Ordering::Release);
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn commits_survive_a_reload_in_rocketmq_shape() {
+        let dir = tempfile::tempdir().unwrap();
+        let m = ConsumerOffsetManager::load(dir.path()).unwrap();
+        m.commit("G", "T", 3, 42);
+        m.persist().unwrap();
+        let text = std::fs::read_to_string(dir.path().join("consumerOffset.json")).unwrap();
+        assert!(text.contains("\"T@G\""), "{text}");
+        let m = ConsumerOffsetManager::load(dir.path()).unwrap();
+        assert_eq!(m.query("G", "T", 3), Some(42));
+        assert_eq!(m.query("G", "T", 4), None);
+        assert_eq!(m.offsets_of_group("G"), vec![("T".to_string(), 3, 42)]);
+    }
+}

@@ -1,0 +1,206 @@
+//! ScheduleService: delay levels (protocol-remoting.md §7). A message with `DELAY=n` is stored
+//! in `SCHEDULE_TOPIC_XXXX` queue n−1 with its real destination in REAL_TOPIC/REAL_QID; one
+//! task per level reads that queue in order (a level's messages fall due in store order),
+//! sleeps until the head is due, and re-appends it to its real topic and queue. Progress per
+//! level is persisted in `config/delayOffset.json`, so a restart neither loses nor re-delivers
+//! early; a message delivered just before a crash may be delivered again (at-least-once).
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use conveyor_protocol::message::{keys, RecordView, StoredMessage};
+use conveyor_protocol::sysflag;
+use conveyor_store::AcceptAll;
+use serde::{Deserialize, Serialize};
+use tokio_util::sync::CancellationToken;
+
+use super::config_file::{ConfigFile, ConfigFileError};
+use super::topics::SCHEDULE_TOPIC;
+use super::Broker;
+
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct Persisted {
+    #[serde(rename = "offsetTable", default)]
+    offset_table: BTreeMap<i32, i64>,
+}
+
+/// Delivery progress per delay level.
+pub struct ScheduleProgress {
+    file: ConfigFile,
+    table: Mutex<BTreeMap<i32, i64>>,
+}
+
+impl ScheduleProgress {
+    /// Loads `config/delayOffset.json`.
+    pub fn load(config_dir: &Path) -> Result<Self, ConfigFileError> {
+        let file = ConfigFile::new(config_dir, "delayOffset.json");
+        let p: Persisted = file.load()?.unwrap_or_default();
+        Ok(Self {
+            file,
+            table: Mutex::new(p.offset_table),
+        })
+    }
+
+    fn get(&self, level: i32) -> i64 {
+        *self
+            .table
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&level)
+            .unwrap_or(&0)
+    }
+
+    fn set(&self, level: i32, offset: i64) {
+        self.table
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(level, offset);
+    }
+
+    /// Writes the progress table.
+    pub fn persist(&self) -> Result<(), ConfigFileError> {
+        let snapshot = Persisted {
+            offset_table: self.table.lock().unwrap_or_else(|e| e.into_inner()).clone(),
+        };
+        self.file.store(&snapshot)
+    }
+}
+
+impl Broker {
+    /// Parks a delayed message in the schedule topic (called before every append).
+    pub(crate) fn prepare_for_store(&self, m: &mut StoredMessage) {
+        let ty = sysflag::transaction_type(m.sys_flag);
+        if ty != sysflag::TRANSACTION_NOT_TYPE && ty != sysflag::TRANSACTION_COMMIT_TYPE {
+            return;
+        }
+        let Some(level) = m
+            .properties
+            .get(keys::DELAY_TIME_LEVEL)
+            .and_then(|l| l.trim().parse::<i32>().ok())
+        else {
+            return;
+        };
+        if level <= 0 {
+            return;
+        }
+        let level = level.min(self.delay_levels.len() as i32);
+        if level == 0 {
+            return;
+        }
+        m.properties
+            .insert(keys::DELAY_TIME_LEVEL, level.to_string());
+        m.properties.insert(keys::REAL_TOPIC, m.topic.clone());
+        m.properties
+            .insert(keys::REAL_QUEUE_ID, m.queue_id.to_string());
+        m.topic = SCHEDULE_TOPIC.to_string();
+        m.queue_id = level - 1;
+    }
+
+    /// Runs one delivery task per level until `shutdown`.
+    pub async fn run_schedule(self: Arc<Self>, shutdown: CancellationToken) {
+        let mut tasks = Vec::new();
+        for (i, delay) in self.delay_levels.iter().enumerate() {
+            let me = self.clone();
+            let stop = shutdown.clone();
+            let delay = *delay;
+            tasks.push(tokio::spawn(async move {
+                me.deliver_level(i as i32 + 1, delay, stop).await
+            }));
+        }
+        let mut persist = tokio::time::interval(Duration::from_secs(1));
+        loop {
+            tokio::select! {
+                _ = persist.tick() => {}
+                _ = shutdown.cancelled() => break,
+            }
+            if let Err(e) = self.schedule.persist() {
+                tracing::error!(error = %e, "persisting delay progress failed");
+            }
+        }
+        for t in tasks {
+            let _ = t.await;
+        }
+        if let Err(e) = self.schedule.persist() {
+            tracing::error!(error = %e, "persisting delay progress failed");
+        }
+    }
+
+    async fn deliver_level(&self, level: i32, delay: Duration, shutdown: CancellationToken) {
+        let queue_id = level - 1;
+        let notifier = self.hold.notifier(SCHEDULE_TOPIC, queue_id);
+        loop {
+            // Register for arrivals before looking, so none slips in between.
+            let arrived = notifier.notified();
+            tokio::pin!(arrived);
+            arrived.as_mut().enable();
+            let mut offset = self.schedule.get(level);
+            let r =
+                self.store
+                    .get_messages(SCHEDULE_TOPIC, queue_id, offset, 32, 1 << 20, &AcceptAll);
+            let now = now_ms();
+            let mut head_due_in = None;
+            for (slice, qo) in r.messages.iter().zip(&r.queue_offsets) {
+                let Ok(view) = RecordView::parse(slice) else {
+                    offset = qo + 1;
+                    continue;
+                };
+                let due = view.store_timestamp() + delay.as_millis() as i64;
+                if due > now {
+                    head_due_in = Some(Duration::from_millis((due - now) as u64));
+                    break;
+                }
+                if let Err(e) = self.deliver(&view) {
+                    tracing::warn!(level, error = %e, "delivering a delayed message failed; retrying");
+                    head_due_in = Some(Duration::from_millis(500));
+                    break;
+                }
+                offset = qo + 1;
+            }
+            // Skips entries retention removed (the store says where reading can resume).
+            offset = offset.max(
+                r.next_begin_offset
+                    .min(self.store.max_offset(SCHEDULE_TOPIC, queue_id)),
+            );
+            self.schedule.set(level, offset);
+            let wait = match head_due_in {
+                Some(w) => w,
+                // Delivered a full batch: more may be due right now.
+                None if !r.messages.is_empty() => continue,
+                // Empty queue: an arrival wakes us; the timer only guards against surprises.
+                None => Duration::from_secs(1),
+            };
+            tokio::select! {
+                _ = tokio::time::sleep(wait) => {}
+                _ = &mut arrived, if head_due_in.is_none() => {}
+                _ = shutdown.cancelled() => return,
+            }
+        }
+    }
+
+    /// Re-appends a due message to its real topic and queue.
+    fn deliver(&self, view: &RecordView<'_>) -> Result<(), conveyor_store::StoreError> {
+        let mut m = view.to_message()?;
+        let (Some(topic), Some(queue)) = (
+            m.properties.get(keys::REAL_TOPIC).map(str::to_string),
+            m.properties
+                .get(keys::REAL_QUEUE_ID)
+                .and_then(|q| q.parse::<i32>().ok()),
+        ) else {
+            tracing::warn!("delayed message without REAL_TOPIC/REAL_QID dropped");
+            return Ok(());
+        };
+        m.properties.remove(keys::DELAY_TIME_LEVEL);
+        m.topic = topic;
+        m.queue_id = queue;
+        self.store.append(std::slice::from_ref(&m))?;
+        Ok(())
+    }
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}

@@ -1,0 +1,442 @@
+//! SEND_MESSAGE (10), SEND_MESSAGE_V2 (310) and SEND_BATCH_MESSAGE (320): validate, resolve
+//! or auto-create the topic, route retries past their limit to the dead-letter queue, stamp
+//! the broker's properties, append, and under SYNC flush answer only once the records are
+//! durable (protocol-remoting.md §5.1).
+
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicU16, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use bytes::Bytes;
+use conveyor_protocol::batch::decode_batch;
+use conveyor_protocol::code::{request_code as rc, response_code as resp, version};
+use conveyor_protocol::command::{HeaderError, RemotingCommand};
+use conveyor_protocol::message::{keys, offset_msg_id, Properties, StoredMessage};
+use conveyor_protocol::route::{perm, TopicConfig};
+use conveyor_store::{Placement, StoreError};
+use rand::Rng;
+
+use super::topics::{self, DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX};
+use super::{bad_header, ok, Broker, Reply};
+use crate::remoting::{error_response, Connection};
+
+/// The SEND request header in one shape, whichever of the long (code 10) or short (310/320)
+/// key sets it came with.
+#[derive(Debug, Clone)]
+pub struct SendHeader {
+    pub producer_group: String,
+    pub topic: String,
+    pub default_topic: String,
+    pub default_topic_queue_nums: i32,
+    pub queue_id: i32,
+    pub sys_flag: i32,
+    pub born_timestamp: i64,
+    pub flag: i32,
+    pub properties: String,
+    pub reconsume_times: i32,
+    pub max_reconsume_times: Option<i32>,
+    pub batch: bool,
+}
+
+impl SendHeader {
+    /// Reads the header of a SEND request.
+    pub fn parse(req: &RemotingCommand) -> Result<Self, HeaderError> {
+        let short = req.code != rc::SEND_MESSAGE;
+        let k = |long: &'static str, short_key: &'static str| if short { short_key } else { long };
+        Ok(Self {
+            producer_group: req.get_str(k("producerGroup", "a"))?.to_string(),
+            topic: req.get_str(k("topic", "b"))?.to_string(),
+            default_topic: req
+                .get_str_opt(k("defaultTopic", "c"))
+                .unwrap_or(topics::AUTO_CREATE_TOPIC)
+                .to_string(),
+            default_topic_queue_nums: req
+                .get_i32_opt(k("defaultTopicQueueNums", "d"))?
+                .unwrap_or(4),
+            queue_id: req.get_i32(k("queueId", "e"))?,
+            sys_flag: req.get_i32_opt(k("sysFlag", "f"))?.unwrap_or(0),
+            born_timestamp: req.get_i64_opt(k("bornTimestamp", "g"))?.unwrap_or(0),
+            flag: req.get_i32_opt(k("flag", "h"))?.unwrap_or(0),
+            properties: req
+                .get_str_opt(k("properties", "i"))
+                .unwrap_or_default()
+                .to_string(),
+            reconsume_times: req.get_i32_opt(k("reconsumeTimes", "j"))?.unwrap_or(0),
+            max_reconsume_times: req.get_i32_opt(k("maxReconsumeTimes", "l"))?,
+            batch: req.code == rc::SEND_BATCH_MESSAGE
+                || req.get_bool_opt(k("batch", "m"))?.unwrap_or(false),
+        })
+    }
+}
+
+/// Parses RocketMQ's delay level string ("1s 5s 10s 30s 1m … 2h") into durations.
+pub fn parse_delay_levels(levels: &str) -> Vec<Duration> {
+    levels
+        .split_whitespace()
+        .filter_map(|l| {
+            let (num, unit) = l.split_at(l.find(|c: char| !c.is_ascii_digit())?);
+            let n: u64 = num.parse().ok()?;
+            let secs = match unit {
+                "s" => n,
+                "m" => n * 60,
+                "h" => n * 3600,
+                "d" => n * 86_400,
+                _ => return None,
+            };
+            Some(Duration::from_secs(secs))
+        })
+        .collect()
+}
+
+/// Generates UNIQ_KEY message ids in the Java client's layout (§4.6) for messages that arrive
+/// without one: ip ‖ pid ‖ random ‖ ms since the start of the month ‖ counter, upper-case hex.
+pub fn new_uniq_id(ip: IpAddr) -> String {
+    static PREFIX: OnceLock<String> = OnceLock::new();
+    static COUNTER: AtomicU16 = AtomicU16::new(0);
+    let prefix = PREFIX.get_or_init(|| {
+        let mut raw = Vec::with_capacity(10);
+        match ip {
+            IpAddr::V4(v4) => raw.extend_from_slice(&v4.octets()),
+            IpAddr::V6(v6) => raw.extend_from_slice(&v6.octets()[12..]),
+        }
+        raw.extend_from_slice(&(std::process::id() as u16).to_be_bytes());
+        raw.extend_from_slice(&rand::rng().random::<u32>().to_be_bytes());
+        hex(&raw)
+    });
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    // Milliseconds since roughly the start of the month; only uniqueness matters here.
+    let month_ms = (now % (31 * 86_400_000)) as u32;
+    let counter = COUNTER.fetch_add(1, Ordering::Relaxed);
+    let mut tail = Vec::with_capacity(6);
+    tail.extend_from_slice(&month_ms.to_be_bytes());
+    tail.extend_from_slice(&counter.to_be_bytes());
+    format!("{prefix}{}", hex(&tail))
+}
+
+fn hex(raw: &[u8]) -> String {
+    raw.iter().map(|b| format!("{b:02X}")).collect()
+}
+
+/// Maps a store error to the RocketMQ response code clients understand.
+pub fn store_error_response(req: &RemotingCommand, e: &StoreError) -> RemotingCommand {
+    let code = match e {
+        StoreError::MessageTooLarge { .. } | StoreError::InvalidMessage(_) => resp::MESSAGE_ILLEGAL,
+        StoreError::InvalidTopic { .. } => resp::INVALID_PARAMETER,
+        StoreError::DiskFull(_) | StoreError::ShutDown => resp::SERVICE_NOT_AVAILABLE,
+        StoreError::InvalidConfig(_) => resp::INVALID_PARAMETER,
+        _ => resp::SYSTEM_ERROR,
+    };
+    error_response(req, code, e.to_string())
+}
+
+impl Broker {
+    /// Finds the topic, creating it when the rules allow (§5.1 step 2).
+    pub(crate) fn resolve_send_topic(
+        self: &Arc<Self>,
+        req: &RemotingCommand,
+        h: &SendHeader,
+    ) -> Result<TopicConfig, RemotingCommand> {
+        if let Some(t) = self.topics.get(&h.topic) {
+            return Ok(t);
+        }
+        let created = if let Some(group) = h.topic.strip_prefix(RETRY_GROUP_TOPIC_PREFIX) {
+            let queues = self
+                .groups
+                .get(group)
+                .map_or(1, |g| g.retry_queue_nums.max(1));
+            Some(self.topics.ensure(&h.topic, queues).map(|(t, _)| t))
+        } else if h.topic.starts_with(DLQ_GROUP_TOPIC_PREFIX) {
+            Some(self.topics.ensure(&h.topic, 1).map(|(t, _)| t))
+        } else if self.config.auto_create_topic {
+            self.topics
+                .create_from_template(&h.topic, &h.default_topic, h.default_topic_queue_nums)
+                .transpose()
+        } else {
+            None
+        };
+        match created {
+            Some(Ok(t)) => {
+                self.register_soon();
+                Ok(t)
+            }
+            Some(Err(e)) => Err(error_response(req, resp::SYSTEM_ERROR, e.to_string())),
+            None => Err(error_response(
+                req,
+                resp::TOPIC_NOT_EXIST,
+                format!(
+                    "topic[{}] not exist, apply first please! (auto-creation is {})",
+                    h.topic,
+                    if self.config.auto_create_topic {
+                        "on but the default topic does not allow it"
+                    } else {
+                        "disabled"
+                    }
+                ),
+            )),
+        }
+    }
+
+    /// Redirects a retry message that exhausted its attempts to `%DLQ%group` (§5.1 step 4).
+    fn retry_destination(
+        &self,
+        req: &RemotingCommand,
+        h: &mut SendHeader,
+        props: &mut Properties,
+    ) -> Result<(), RemotingCommand> {
+        let Some(group) = h
+            .topic
+            .strip_prefix(RETRY_GROUP_TOPIC_PREFIX)
+            .map(str::to_string)
+        else {
+            return Ok(());
+        };
+        let group_cfg = self
+            .groups
+            .find_or_create(&group)
+            .map_err(|e| error_response(req, resp::SYSTEM_ERROR, e.to_string()))?
+            .ok_or_else(|| {
+                error_response(
+                    req,
+                    resp::SUBSCRIPTION_GROUP_NOT_EXIST,
+                    format!("subscription group not exist, {group}"),
+                )
+            })?;
+        let max = match h.max_reconsume_times {
+            Some(m) if req.version >= version::V3_4_9 => m,
+            _ => group_cfg.retry_max_times,
+        };
+        if h.reconsume_times > max {
+            let dlq = topics::dlq_topic(&group);
+            self.topics
+                .ensure(&dlq, 1)
+                .map_err(|e| error_response(req, resp::SYSTEM_ERROR, e.to_string()))?;
+            tracing::info!(
+                group,
+                reconsume_times = h.reconsume_times,
+                "retry limit reached: message goes to {dlq}"
+            );
+            h.topic = dlq;
+            h.queue_id = 0;
+            props.remove(keys::DELAY_TIME_LEVEL);
+        }
+        Ok(())
+    }
+
+    /// Handles SEND_MESSAGE, SEND_MESSAGE_V2 and SEND_BATCH_MESSAGE.
+    pub(crate) async fn send(self: &Arc<Self>, conn: &Connection, req: &RemotingCommand) -> Reply {
+        let wait = Duration::from_millis(self.config.send_queue_wait_ms);
+        let _slot =
+            match tokio::time::timeout(wait, self.send_slots.acquire()).await {
+                Ok(Ok(permit)) => permit,
+                _ => return Err(error_response(
+                    req,
+                    resp::SYSTEM_BUSY,
+                    "[TIMEOUT_CLEAN_QUEUE]broker busy, too many sends in flight; try again later",
+                )),
+            };
+        let mut h = SendHeader::parse(req).map_err(bad_header(req))?;
+        conveyor_store::validate_topic(&h.topic)
+            .map_err(|e| error_response(req, resp::INVALID_PARAMETER, e.to_string()))?;
+        if topics::is_forbidden_for_send(&h.topic) {
+            return Err(error_response(
+                req,
+                resp::NO_PERMISSION,
+                format!("sending message to topic[{}] is forbidden", h.topic),
+            ));
+        }
+        let mut props = Properties::decode(h.properties.as_bytes())
+            .map_err(|e| error_response(req, resp::MESSAGE_ILLEGAL, e.to_string()))?;
+        self.retry_destination(req, &mut h, &mut props)?;
+        let topic = self.resolve_send_topic(req, &h)?;
+        if topic.perm & perm::WRITE == 0 {
+            return Err(error_response(
+                req,
+                resp::NO_PERMISSION,
+                format!("the topic[{}] sending message is forbidden", h.topic),
+            ));
+        }
+        let queues = topic.write_queue_nums.max(topic.read_queue_nums);
+        if h.queue_id < 0 {
+            h.queue_id = rand::rng().random_range(0..topic.write_queue_nums.max(1));
+        } else if h.queue_id >= queues {
+            return Err(error_response(
+                req,
+                resp::INVALID_PARAMETER,
+                format!(
+                    "request queueId[{}] is illegal, topic {} has {queues} queues",
+                    h.queue_id, h.topic
+                ),
+            ));
+        }
+        let mut messages = if h.batch {
+            let entries = decode_batch(&req.body).map_err(|e| {
+                error_response(req, resp::MESSAGE_ILLEGAL, format!("bad batch body: {e}"))
+            })?;
+            if entries.is_empty() {
+                return Err(error_response(req, resp::MESSAGE_ILLEGAL, "empty batch"));
+            }
+            entries
+                .into_iter()
+                .map(|e| self.message(&h, conn, e.flag, e.body, e.properties))
+                .collect::<Vec<_>>()
+        } else {
+            vec![self.message(&h, conn, h.flag, req.body.clone(), props)]
+        };
+        for m in &mut messages {
+            self.prepare_for_store(m);
+        }
+        let (placements, _) = self
+            .store
+            .append(&messages)
+            .map_err(|e| store_error_response(req, &e))?;
+        let mut code = resp::SUCCESS;
+        if let Some(last) = placements.last() {
+            let end = last.physical_offset + last.size as u64;
+            let wait = messages[0].properties.get(keys::WAIT_STORE_MSG_OK) != Some("false");
+            if self.sync_flush() && wait {
+                let mut rx = self.store.request_flush(end);
+                let timeout = self.store.config().sync_flush_timeout;
+                let flushed = tokio::time::timeout(timeout, rx.wait_for(|f| *f >= end)).await;
+                if !matches!(flushed, Ok(Ok(_))) {
+                    code = resp::FLUSH_DISK_TIMEOUT;
+                }
+            }
+        }
+        let bytes: usize = placements.iter().map(|p| p.size).sum();
+        self.stats
+            .messages_in
+            .fetch_add(placements.len() as u64, Ordering::Relaxed);
+        self.stats
+            .bytes_in
+            .fetch_add(bytes as u64, Ordering::Relaxed);
+        Ok(self.send_response(req, code, &h, &messages, &placements))
+    }
+
+    fn message(
+        &self,
+        h: &SendHeader,
+        conn: &Connection,
+        flag: i32,
+        body: Bytes,
+        mut properties: Properties,
+    ) -> StoredMessage {
+        if properties
+            .get(keys::UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
+            .is_none()
+        {
+            properties.insert(
+                keys::UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
+                new_uniq_id(self.store_host.ip()),
+            );
+        }
+        properties.insert(keys::CLUSTER, &self.config.cluster_name);
+        properties.remove("POP_CK");
+        StoredMessage {
+            topic: h.topic.clone(),
+            queue_id: h.queue_id,
+            flag,
+            queue_offset: 0,
+            physical_offset: 0,
+            sys_flag: h.sys_flag,
+            born_timestamp: h.born_timestamp,
+            born_host: conn.peer(),
+            store_timestamp: 0,
+            store_host: self.store_host,
+            reconsume_times: h.reconsume_times,
+            prepared_transaction_offset: 0,
+            body,
+            properties,
+        }
+    }
+
+    fn send_response(
+        &self,
+        req: &RemotingCommand,
+        code: i32,
+        h: &SendHeader,
+        messages: &[StoredMessage],
+        placements: &[Placement],
+    ) -> RemotingCommand {
+        let msg_ids: Vec<String> = placements
+            .iter()
+            .map(|p| offset_msg_id(self.store_host, p.physical_offset as i64))
+            .collect();
+        let first = placements.first().map_or(0, |p| p.queue_offset);
+        let uniq = messages
+            .first()
+            .and_then(|m| m.properties.get(keys::UNIQ_CLIENT_MESSAGE_ID_KEYIDX))
+            .unwrap_or_default();
+        let mut r = ok(req)
+            .with_ext("msgId", msg_ids.join(","))
+            .with_ext("queueId", h.queue_id)
+            .with_ext("queueOffset", first)
+            .with_ext("transactionId", uniq)
+            .with_ext(keys::MSG_REGION, "DefaultRegion")
+            .with_ext(keys::TRACE_SWITCH, "true");
+        r.code = code;
+        if code == resp::FLUSH_DISK_TIMEOUT {
+            r.remark = Some("the message is stored but the disk flush timed out".into());
+        }
+        r
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn delay_levels_parse() {
+        let l = parse_delay_levels("1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h");
+        assert_eq!(l.len(), 18);
+        assert_eq!(l[4], Duration::from_secs(60));
+        assert_eq!(l[17], Duration::from_secs(7200));
+    }
+
+    #[test]
+    fn uniq_ids_are_32_hex_chars_and_distinct() {
+        let a = new_uniq_id("10.1.2.3".parse().unwrap());
+        let b = new_uniq_id("10.1.2.3".parse().unwrap());
+        assert_eq!(a.len(), 32);
+        assert!(a.bytes().all(|c| c.is_ascii_hexdigit()));
+        assert_ne!(a, b);
+    }
+
+    #[test]
+    fn v2_and_long_headers_read_the_same() {
+        let v2 = RemotingCommand::request(rc::SEND_MESSAGE_V2, Default::default())
+            .with_ext("a", "PG")
+            .with_ext("b", "T")
+            .with_ext("c", "TBW102")
+            .with_ext("d", 4)
+            .with_ext("e", 2)
+            .with_ext("f", 0)
+            .with_ext("g", 1)
+            .with_ext("h", 0)
+            .with_ext("i", "TAGS\u{1}a\u{2}");
+        let long = RemotingCommand::request(rc::SEND_MESSAGE, Default::default())
+            .with_ext("producerGroup", "PG")
+            .with_ext("topic", "T")
+            .with_ext("defaultTopic", "TBW102")
+            .with_ext("defaultTopicQueueNums", 4)
+            .with_ext("queueId", 2)
+            .with_ext("sysFlag", 0)
+            .with_ext("bornTimestamp", 1)
+            .with_ext("flag", 0)
+            .with_ext("properties", "TAGS\u{1}a\u{2}");
+        let a = SendHeader::parse(&v2).unwrap();
+        let b = SendHeader::parse(&long).unwrap();
+        assert_eq!(
+            (a.topic, a.queue_id, a.properties),
+            (b.topic, b.queue_id, b.properties)
+        );
+        let missing = RemotingCommand::request(rc::SEND_MESSAGE_V2, Default::default());
+        assert!(SendHeader::parse(&missing)
+            .unwrap_err()
+            .to_string()
+            .contains("<a>"));
+    }
+}

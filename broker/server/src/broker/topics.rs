@@ -1,0 +1,245 @@
+//! TopicConfigManager: the broker's topics (queue counts, permissions), persisted as
+//! `config/topics.json` in RocketMQ's shape and versioned so the name server can tell a
+//! changed table. Also owns the TBW102 auto-create rule (protocol-remoting.md §9.6).
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::{RwLock, RwLockReadGuard};
+
+use conveyor_protocol::route::{perm, DataVersion, TopicConfig};
+use serde::{Deserialize, Serialize};
+
+use super::config_file::{ConfigFile, ConfigFileError};
+
+/// The auto-create template topic.
+pub const AUTO_CREATE_TOPIC: &str = "TBW102";
+/// Topic used by `mqadmin` and clients to probe a broker.
+pub const SELF_TEST_TOPIC: &str = "SELF_TEST_TOPIC";
+/// Delay-level topic (one queue per level).
+pub const SCHEDULE_TOPIC: &str = "SCHEDULE_TOPIC_XXXX";
+/// Timer-message topic (5.x).
+pub const TIMER_TOPIC: &str = "rmq_sys_wheel_timer";
+/// Transactional half messages.
+pub const TRANS_HALF_TOPIC: &str = "RMQ_SYS_TRANS_HALF_TOPIC";
+/// Transaction decisions.
+pub const TRANS_OP_HALF_TOPIC: &str = "RMQ_SYS_TRANS_OP_HALF_TOPIC";
+/// Half messages checked too often.
+pub const TRANS_CHECK_MAX_TIME_TOPIC: &str = "TRANS_CHECK_MAX_TIME_TOPIC";
+/// Prefix of per-group retry topics.
+pub const RETRY_GROUP_TOPIC_PREFIX: &str = "%RETRY%";
+/// Prefix of per-group dead-letter topics.
+pub const DLQ_GROUP_TOPIC_PREFIX: &str = "%DLQ%";
+
+/// System topics clients may not send to directly.
+pub fn is_forbidden_for_send(topic: &str) -> bool {
+    matches!(
+        topic,
+        SCHEDULE_TOPIC
+            | TIMER_TOPIC
+            | TRANS_HALF_TOPIC
+            | TRANS_OP_HALF_TOPIC
+            | TRANS_CHECK_MAX_TIME_TOPIC
+    ) || topic == "OFFSET_MOVED_EVENT"
+}
+
+/// `%RETRY%group`.
+pub fn retry_topic(group: &str) -> String {
+    format!("{RETRY_GROUP_TOPIC_PREFIX}{group}")
+}
+
+/// `%DLQ%group`.
+pub fn dlq_topic(group: &str) -> String {
+    format!("{DLQ_GROUP_TOPIC_PREFIX}{group}")
+}
+
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct Persisted {
+    #[serde(rename = "topicConfigTable", default)]
+    topic_config_table: BTreeMap<String, TopicConfig>,
+    #[serde(rename = "dataVersion", default)]
+    data_version: DataVersion,
+}
+
+/// The broker's topic table.
+pub struct TopicConfigManager {
+    file: ConfigFile,
+    state: RwLock<Persisted>,
+}
+
+/// A topic config with `queues` read/write queues and `perm`.
+pub fn topic_config(name: &str, queues: i32, perm: i32) -> TopicConfig {
+    TopicConfig {
+        topic_name: name.to_string(),
+        read_queue_nums: queues,
+        write_queue_nums: queues,
+        perm,
+        ..Default::default()
+    }
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+impl TopicConfigManager {
+    /// Loads `config/topics.json` and adds the system topics.
+    pub fn load(
+        config_dir: &Path,
+        cluster: &str,
+        broker_name: &str,
+        auto_create: bool,
+        default_queue_nums: i32,
+        delay_levels: i32,
+    ) -> Result<Self, ConfigFileError> {
+        let file = ConfigFile::new(config_dir, "topics.json");
+        let mut state: Persisted = file.load()?.unwrap_or_default();
+        let system = [
+            topic_config(SELF_TEST_TOPIC, 1, perm::READ_WRITE),
+            topic_config(cluster, 16, perm::READ_WRITE | perm::INHERIT),
+            topic_config(broker_name, 1, perm::READ_WRITE | perm::INHERIT),
+            topic_config(SCHEDULE_TOPIC, delay_levels, perm::READ_WRITE),
+            topic_config(TIMER_TOPIC, 1, perm::READ_WRITE),
+            topic_config(TRANS_HALF_TOPIC, 1, perm::READ_WRITE),
+            topic_config(TRANS_OP_HALF_TOPIC, 1, perm::READ_WRITE),
+        ];
+        for t in system {
+            state
+                .topic_config_table
+                .entry(t.topic_name.clone())
+                .or_insert(t);
+        }
+        // TBW102 carries INHERIT only while auto-creation is enabled (§9.6).
+        let tbw_perm = if auto_create {
+            perm::READ_WRITE | perm::INHERIT
+        } else {
+            perm::READ_WRITE
+        };
+        state.topic_config_table.insert(
+            AUTO_CREATE_TOPIC.into(),
+            topic_config(AUTO_CREATE_TOPIC, default_queue_nums, tbw_perm),
+        );
+        state.data_version.timestamp = now_ms();
+        state.data_version.counter += 1;
+        let mgr = Self {
+            file,
+            state: RwLock::new(state),
+        };
+        mgr.persist()?;
+        Ok(mgr)
+    }
+
+    fn read(&self) -> RwLockReadGuard<'_, Persisted> {
+        self.state.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn persist(&self) -> Result<(), ConfigFileError> {
+        let state = self.read();
+        self.file.store(&*state)
+    }
+
+    /// The config of `topic`.
+    pub fn get(&self, topic: &str) -> Option<TopicConfig> {
+        self.read().topic_config_table.get(topic).cloned()
+    }
+
+    /// Every topic config with the table version (for registration and GET_ALL_TOPIC_CONFIG).
+    pub fn snapshot(&self) -> (BTreeMap<String, TopicConfig>, DataVersion) {
+        let s = self.read();
+        (s.topic_config_table.clone(), s.data_version)
+    }
+
+    /// Creates or replaces a topic and persists the table.
+    pub fn upsert(&self, config: TopicConfig) -> Result<(), ConfigFileError> {
+        {
+            let mut s = self.state.write().unwrap_or_else(|e| e.into_inner());
+            s.topic_config_table
+                .insert(config.topic_name.clone(), config);
+            s.data_version.counter += 1;
+            s.data_version.timestamp = now_ms();
+        }
+        self.persist()
+    }
+
+    /// Removes a topic.
+    pub fn remove(&self, topic: &str) -> Result<bool, ConfigFileError> {
+        let removed = {
+            let mut s = self.state.write().unwrap_or_else(|e| e.into_inner());
+            let r = s.topic_config_table.remove(topic).is_some();
+            if r {
+                s.data_version.counter += 1;
+                s.data_version.timestamp = now_ms();
+            }
+            r
+        };
+        if removed {
+            self.persist()?;
+        }
+        Ok(removed)
+    }
+
+    /// Creates `topic` from the template `default_topic` if the template allows it (INHERIT),
+    /// with min(requested, template) queues. Returns the new config, or `None`.
+    pub fn create_from_template(
+        &self,
+        topic: &str,
+        default_topic: &str,
+        requested_queues: i32,
+    ) -> Result<Option<TopicConfig>, ConfigFileError> {
+        if let Some(existing) = self.get(topic) {
+            return Ok(Some(existing));
+        }
+        let Some(template) = self.get(default_topic) else {
+            return Ok(None);
+        };
+        if template.perm & perm::INHERIT == 0 {
+            return Ok(None);
+        }
+        let queues = requested_queues.clamp(1, template.write_queue_nums.max(1));
+        let mut config = topic_config(topic, queues, template.perm & !perm::INHERIT);
+        config.topic_filter_type = template.topic_filter_type;
+        self.upsert(config.clone())?;
+        tracing::info!(topic, queues, "auto-created topic from {default_topic}");
+        Ok(Some(config))
+    }
+
+    /// Ensures a system-managed topic (retry, DLQ) exists with `queues` queues.
+    pub fn ensure(&self, topic: &str, queues: i32) -> Result<(TopicConfig, bool), ConfigFileError> {
+        if let Some(existing) = self.get(topic) {
+            return Ok((existing, false));
+        }
+        let config = topic_config(topic, queues, perm::READ_WRITE);
+        self.upsert(config.clone())?;
+        Ok((config, true))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn auto_create_follows_the_template() {
+        let dir = tempfile::tempdir().unwrap();
+        let m = TopicConfigManager::load(dir.path(), "C", "b", true, 8, 18).unwrap();
+        let t = m
+            .create_from_template("New", AUTO_CREATE_TOPIC, 4)
+            .unwrap()
+            .unwrap();
+        assert_eq!((t.write_queue_nums, t.perm), (4, 6));
+        let t = m
+            .create_from_template("Big", AUTO_CREATE_TOPIC, 64)
+            .unwrap()
+            .unwrap();
+        assert_eq!(t.write_queue_nums, 8);
+        drop(m);
+        // Persisted; and without auto-create the template no longer inherits.
+        let m = TopicConfigManager::load(dir.path(), "C", "b", false, 8, 18).unwrap();
+        assert!(m.get("New").is_some());
+        assert!(m
+            .create_from_template("Other", AUTO_CREATE_TOPIC, 4)
+            .unwrap()
+            .is_none());
+    }
+}

@@ -1,0 +1,17 @@
+//! `conveyor`: the name server and broker of Conveyor, speaking Apache RocketMQ's remoting
+//! protocol so unmodified RocketMQ clients work against it.
+//!
+//! - [`remoting`]: frames over TCP, per-connection tasks, outbound links.
+//! - [`namesrv`]: the route table and its requests.
+//! - [`broker`]: send, pull (long polling), consumer groups, offsets, admin, registration,
+//!   delay levels, on top of `conveyor-store`.
+//! - [`health`]: `/healthz`, `/readyz`, `/metrics`.
+//! - [`app`]: starting and stopping a process in any role (`conveyor standalone` included).
+//! - [`settings`]: TOML file + environment + flags → [`app::AppConfig`].
+
+pub mod app;
+pub mod broker;
+pub mod health;
+pub mod namesrv;
+pub mod remoting;
+pub mod settings;

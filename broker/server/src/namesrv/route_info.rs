@@ -1,0 +1,300 @@
+//! RouteInfo: the name server's whole state — which brokers are alive, which clusters they
+//! form and which topics they serve — as a pure data structure (no IO), so registration,
+//! expiry and route building are unit-tested directly.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::time::{Duration, Instant};
+
+use conveyor_protocol::route::{
+    BrokerData, ClusterInfo, DataVersion, QueueData, TopicConfig, TopicRouteData, MASTER_ID,
+};
+
+use crate::remoting::ConnectionId;
+
+/// A broker registration (REGISTER_BROKER header plus body).
+#[derive(Debug, Clone)]
+pub struct Registration {
+    pub cluster: String,
+    pub broker_name: String,
+    pub broker_addr: String,
+    pub broker_id: i64,
+    pub ha_server_addr: String,
+    pub timeout: Duration,
+    pub data_version: DataVersion,
+    pub topics: Vec<TopicConfig>,
+    pub connection: Option<ConnectionId>,
+}
+
+#[derive(Debug, Clone)]
+struct LiveBroker {
+    last_update: Instant,
+    timeout: Duration,
+    broker_name: String,
+    broker_id: i64,
+    connection: Option<ConnectionId>,
+    ha_server_addr: String,
+}
+
+/// The route table.
+#[derive(Debug, Default)]
+pub struct RouteInfo {
+    brokers: BTreeMap<String, BrokerData>,
+    clusters: BTreeMap<String, BTreeSet<String>>,
+    topics: BTreeMap<String, BTreeMap<String, QueueData>>,
+    live: HashMap<String, LiveBroker>,
+}
+
+/// What a registration returns to the broker.
+#[derive(Debug, Clone, Default)]
+pub struct RegisterResult {
+    pub master_addr: Option<String>,
+    pub ha_server_addr: Option<String>,
+}
+
+impl RouteInfo {
+    /// Records a registration: adds the broker to its cluster and group and, for a master,
+    /// merges its topics (registrations may be incremental, so topics are never removed here).
+    pub fn register(&mut self, reg: Registration, now: Instant) -> RegisterResult {
+        self.clusters
+            .entry(reg.cluster.clone())
+            .or_default()
+            .insert(reg.broker_name.clone());
+        let data = self
+            .brokers
+            .entry(reg.broker_name.clone())
+            .or_insert_with(|| BrokerData {
+                cluster: reg.cluster.clone(),
+                broker_name: reg.broker_name.clone(),
+                ..Default::default()
+            });
+        data.cluster = reg.cluster.clone();
+        // The same address under another id (a slave promoted to master) replaces the old id.
+        data.broker_addrs
+            .retain(|id, addr| *addr != reg.broker_addr || *id == reg.broker_id);
+        data.broker_addrs
+            .insert(reg.broker_id, reg.broker_addr.clone());
+        if reg.broker_id == MASTER_ID {
+            for t in &reg.topics {
+                self.topics.entry(t.topic_name.clone()).or_default().insert(
+                    reg.broker_name.clone(),
+                    QueueData {
+                        broker_name: reg.broker_name.clone(),
+                        perm: t.perm,
+                        read_queue_nums: t.read_queue_nums,
+                        write_queue_nums: t.write_queue_nums,
+                        topic_sys_flag: t.topic_sys_flag,
+                    },
+                );
+            }
+        }
+        self.live.insert(
+            reg.broker_addr.clone(),
+            LiveBroker {
+                last_update: now,
+                timeout: reg.timeout,
+                broker_name: reg.broker_name.clone(),
+                broker_id: reg.broker_id,
+                connection: reg.connection,
+                ha_server_addr: reg.ha_server_addr.clone(),
+            },
+        );
+        let mut result = RegisterResult::default();
+        if reg.broker_id != MASTER_ID {
+            if let Some(master) = self
+                .brokers
+                .get(&reg.broker_name)
+                .and_then(|b| b.master_addr())
+                .map(str::to_string)
+            {
+                result.ha_server_addr = self.live.get(&master).map(|l| l.ha_server_addr.clone());
+                result.master_addr = Some(master);
+            }
+        }
+        result
+    }
+
+    /// Removes one broker address (UNREGISTER_BROKER, expiry, closed connection).
+    pub fn unregister(&mut self, broker_addr: &str) {
+        let Some(live) = self.live.remove(broker_addr) else {
+            return;
+        };
+        let mut group_gone = false;
+        if let Some(data) = self.brokers.get_mut(&live.broker_name) {
+            data.broker_addrs
+                .retain(|id, addr| !(addr == broker_addr && *id == live.broker_id));
+            group_gone = data.broker_addrs.is_empty();
+        }
+        if group_gone {
+            let name = live.broker_name;
+            if let Some(data) = self.brokers.remove(&name) {
+                if let Some(set) = self.clusters.get_mut(&data.cluster) {
+                    set.remove(&name);
+                    if set.is_empty() {
+                        self.clusters.remove(&data.cluster);
+                    }
+                }
+            }
+            self.topics.retain(|_, by_broker| {
+                by_broker.remove(&name);
+                !by_broker.is_empty()
+            });
+        }
+        tracing::info!(broker = broker_addr, "broker unregistered");
+    }
+
+    /// Drops brokers not heard from within their timeout; returns their addresses.
+    pub fn expire(&mut self, now: Instant) -> Vec<String> {
+        let expired: Vec<String> = self
+            .live
+            .iter()
+            .filter(|(_, l)| now.duration_since(l.last_update) > l.timeout)
+            .map(|(a, _)| a.clone())
+            .collect();
+        for addr in &expired {
+            tracing::warn!(broker = %addr, "broker registration expired");
+            self.unregister(addr);
+        }
+        expired
+    }
+
+    /// Drops brokers registered over a connection that just closed.
+    pub fn connection_closed(&mut self, conn: ConnectionId) {
+        let gone: Vec<String> = self
+            .live
+            .iter()
+            .filter(|(_, l)| l.connection == Some(conn))
+            .map(|(a, _)| a.clone())
+            .collect();
+        for addr in gone {
+            self.unregister(&addr);
+        }
+    }
+
+    /// The route of `topic`, if some live broker serves it.
+    pub fn route(&self, topic: &str) -> Option<TopicRouteData> {
+        let by_broker = self.topics.get(topic)?;
+        let queue_datas: Vec<QueueData> = by_broker.values().cloned().collect();
+        let broker_datas: Vec<BrokerData> = by_broker
+            .keys()
+            .filter_map(|name| self.brokers.get(name).cloned())
+            .collect();
+        if broker_datas.is_empty() {
+            return None;
+        }
+        Some(TopicRouteData {
+            broker_datas,
+            queue_datas,
+            ..Default::default()
+        })
+    }
+
+    /// GET_BROKER_CLUSTER_INFO body.
+    pub fn cluster_info(&self) -> ClusterInfo {
+        ClusterInfo {
+            broker_addr_table: self.brokers.clone(),
+            cluster_addr_table: self
+                .clusters
+                .iter()
+                .map(|(c, names)| (c.clone(), names.iter().cloned().collect()))
+                .collect(),
+        }
+    }
+
+    /// All topic names.
+    pub fn topics(&self) -> Vec<String> {
+        self.topics.keys().cloned().collect()
+    }
+
+    /// Topics served by brokers of `cluster`.
+    pub fn topics_of_cluster(&self, cluster: &str) -> Vec<String> {
+        let Some(names) = self.clusters.get(cluster) else {
+            return Vec::new();
+        };
+        self.topics
+            .iter()
+            .filter(|(_, by)| by.keys().any(|b| names.contains(b)))
+            .map(|(t, _)| t.clone())
+            .collect()
+    }
+
+    /// Removes a topic everywhere (DELETE_TOPIC_IN_NAMESRV).
+    pub fn delete_topic(&mut self, topic: &str) {
+        self.topics.remove(topic);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reg(name: &str, addr: &str, id: i64, topics: &[(&str, i32)]) -> Registration {
+        Registration {
+            cluster: "DefaultCluster".into(),
+            broker_name: name.into(),
+            broker_addr: addr.into(),
+            broker_id: id,
+            ha_server_addr: format!("{addr}-ha"),
+            timeout: Duration::from_secs(120),
+            data_version: DataVersion::default(),
+            topics: topics
+                .iter()
+                .map(|(t, q)| TopicConfig {
+                    topic_name: t.to_string(),
+                    read_queue_nums: *q,
+                    write_queue_nums: *q,
+                    perm: 6,
+                    ..Default::default()
+                })
+                .collect(),
+            connection: Some(7),
+        }
+    }
+
+    #[test]
+    fn routes_merge_incremental_registrations() {
+        let mut r = RouteInfo::default();
+        let now = Instant::now();
+        r.register(reg("a", "10.0.0.1:10911", 0, &[("T1", 4)]), now);
+        r.register(reg("a", "10.0.0.1:10911", 0, &[("T2", 8)]), now);
+        r.register(reg("b", "10.0.0.2:10911", 0, &[("T1", 2)]), now);
+        let route = r.route("T1").unwrap();
+        assert_eq!(route.broker_datas.len(), 2);
+        assert_eq!(route.queue_datas.len(), 2);
+        assert_eq!(r.route("T2").unwrap().queue_datas[0].write_queue_nums, 8);
+        assert!(r.route("T3").is_none());
+        assert_eq!(
+            r.cluster_info().cluster_addr_table["DefaultCluster"],
+            vec!["a", "b"]
+        );
+    }
+
+    #[test]
+    fn slaves_learn_their_master_and_do_not_change_topics() {
+        let mut r = RouteInfo::default();
+        let now = Instant::now();
+        r.register(reg("a", "m:1", 0, &[("T", 4)]), now);
+        let res = r.register(reg("a", "s:1", 1, &[("T", 99)]), now);
+        assert_eq!(res.master_addr.as_deref(), Some("m:1"));
+        assert_eq!(res.ha_server_addr.as_deref(), Some("m:1-ha"));
+        assert_eq!(r.route("T").unwrap().queue_datas[0].write_queue_nums, 4);
+        assert_eq!(r.route("T").unwrap().broker_datas[0].broker_addrs.len(), 2);
+    }
+
+    #[test]
+    fn expiry_and_closed_connections_remove_brokers_and_orphan_topics() {
+        let mut r = RouteInfo::default();
+        let t0 = Instant::now();
+        r.register(reg("a", "m:1", 0, &[("T", 4)]), t0);
+        let mut other = reg("b", "m:2", 0, &[("U", 4)]);
+        other.connection = Some(9);
+        r.register(other, t0);
+        assert!(r.expire(t0 + Duration::from_secs(60)).is_empty());
+        assert_eq!(r.expire(t0 + Duration::from_secs(121)).len(), 2);
+        assert!(r.route("T").is_none());
+        assert!(r.cluster_info().cluster_addr_table.is_empty());
+        r.register(reg("a", "m:1", 0, &[("T", 4)]), t0);
+        r.connection_closed(7);
+        assert!(r.route("T").is_none());
+        assert!(r.topics().is_empty());
+    }
+}

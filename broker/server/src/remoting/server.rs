@@ -1,0 +1,192 @@
+//! Accept loop and per-connection tasks.
+//!
+//! Each request runs in its own task so slow requests (long-polling pulls, SYNC-flush sends)
+//! never hold up the others on the same connection. A per-connection cap on requests in flight
+//! turns overload into SYSTEM_BUSY answers instead of unbounded queues. A panicking handler is
+//! answered with SYSTEM_ERROR; a malformed frame closes only its own connection.
+
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use conveyor_protocol::code::{request_code, response_code};
+use conveyor_protocol::command::RemotingCommand;
+use futures_util::{FutureExt, SinkExt, StreamExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, Semaphore};
+use tokio_util::codec::{FramedRead, FramedWrite};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use super::codec::RemotingCodec;
+use super::connection::Connection;
+use super::error_response;
+
+/// Requests in flight per connection before new ones are answered SYSTEM_BUSY.
+const MAX_IN_FLIGHT_PER_CONNECTION: usize = 4096;
+/// Commands queued for writing per connection.
+const WRITE_QUEUE: usize = 1024;
+/// Connections idle (nothing read) this long are closed, as RocketMQ's servers do.
+const IDLE_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// Handles requests of one kind of server (name server or broker).
+pub trait Processor: Send + Sync + 'static {
+    /// Answers one request; `None` sends nothing (oneway requests' answers are dropped anyway).
+    fn handle(
+        self: Arc<Self>,
+        conn: Connection,
+        request: RemotingCommand,
+    ) -> impl Future<Output = Option<RemotingCommand>> + Send;
+
+    /// Called once when a connection closes.
+    fn on_disconnect(&self, _conn: &Connection) {}
+}
+
+static NEXT_CONNECTION_ID: AtomicU64 = AtomicU64::new(1);
+
+/// Serves `listener` until `shutdown` is cancelled, then waits for requests in flight to finish.
+pub async fn serve<P: Processor>(
+    listener: TcpListener,
+    processor: Arc<P>,
+    shutdown: CancellationToken,
+    max_frame_size: usize,
+) {
+    let tracker = TaskTracker::new();
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => {
+                    let processor = processor.clone();
+                    let shutdown = shutdown.clone();
+                    let inner = tracker.clone();
+                    tracker.spawn(async move {
+                        handle_connection(stream, processor, shutdown, inner, max_frame_size).await;
+                    });
+                }
+                Err(e) => {
+                    // Out of file descriptors and the like: back off instead of spinning.
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            },
+            _ = shutdown.cancelled() => break,
+        }
+    }
+    drop(listener);
+    tracker.close();
+    tracker.wait().await;
+}
+
+async fn handle_connection<P: Processor>(
+    stream: TcpStream,
+    processor: Arc<P>,
+    shutdown: CancellationToken,
+    tracker: TaskTracker,
+    max_frame_size: usize,
+) {
+    let Ok(peer) = stream.peer_addr() else {
+        return;
+    };
+    let _ = stream.set_nodelay(true);
+    let (read_half, write_half) = stream.into_split();
+    let mut reader = FramedRead::new(read_half, RemotingCodec::new(max_frame_size));
+    let mut writer = FramedWrite::new(write_half, RemotingCodec::new(max_frame_size));
+    let (tx, mut rx) = mpsc::channel::<RemotingCommand>(WRITE_QUEUE);
+    let conn = Connection::new(NEXT_CONNECTION_ID.fetch_add(1, Ordering::Relaxed), peer, tx);
+    tracing::debug!(%peer, id = conn.id(), "connection opened");
+
+    let writer_task = tokio::spawn(async move {
+        while let Some(cmd) = rx.recv().await {
+            if writer.feed(cmd).await.is_err() {
+                return;
+            }
+            // Coalesce whatever else is ready into the same write.
+            while let Ok(cmd) = rx.try_recv() {
+                if writer.feed(cmd).await.is_err() {
+                    return;
+                }
+            }
+            if writer.flush().await.is_err() {
+                return;
+            }
+        }
+    });
+
+    let in_flight = Arc::new(Semaphore::new(MAX_IN_FLIGHT_PER_CONNECTION));
+    loop {
+        let frame = tokio::select! {
+            frame = tokio::time::timeout(IDLE_TIMEOUT, reader.next()) => frame,
+            _ = shutdown.cancelled() => break,
+        };
+        let request = match frame {
+            Ok(Some(Ok(cmd))) => cmd,
+            Ok(Some(Err(e))) => {
+                tracing::warn!(%peer, error = %e, "closing connection after a malformed frame");
+                break;
+            }
+            Ok(None) => break,
+            Err(_) => {
+                tracing::debug!(%peer, "closing idle connection");
+                break;
+            }
+        };
+        if request.is_response() {
+            // Answers to our oneway requests: nothing waits for them.
+            continue;
+        }
+        let Ok(permit) = in_flight.clone().try_acquire_owned() else {
+            let busy = error_response(
+                &request,
+                response_code::SYSTEM_BUSY,
+                "[OVERLOAD] too many requests in flight on this connection, try again later",
+            );
+            if !request.is_oneway() {
+                let _ = conn.respond(busy).await;
+            }
+            continue;
+        };
+        let processor = processor.clone();
+        let conn = conn.clone();
+        tracker.spawn(async move {
+            let oneway = request.is_oneway();
+            let code = request.code;
+            let opaque = request.opaque;
+            let skeleton = RemotingCommand::default().with_opaque(opaque);
+            let outcome = AssertUnwindSafe(processor.handle(conn.clone(), request))
+                .catch_unwind()
+                .await;
+            let response = match outcome {
+                Ok(r) => r,
+                Err(_) => {
+                    tracing::error!(code, "request handler panicked");
+                    Some(error_response(
+                        &skeleton,
+                        response_code::SYSTEM_ERROR,
+                        format!("internal error while handling request code {code}"),
+                    ))
+                }
+            };
+            if let (Some(response), false) = (response, oneway) {
+                conn.respond(response).await;
+            }
+            drop(permit);
+        });
+    }
+    processor.on_disconnect(&conn);
+    tracing::debug!(%peer, id = conn.id(), "connection closed");
+    drop(conn);
+    // The writer ends once every handler holding the connection has answered.
+    let _ = writer_task.await;
+}
+
+/// Answer for a request code this server does not implement.
+pub(crate) fn not_supported(request: &RemotingCommand) -> RemotingCommand {
+    let name = request_code::name(request.code).unwrap_or("unknown");
+    error_response(
+        request,
+        response_code::REQUEST_CODE_NOT_SUPPORTED,
+        format!("request code {} ({name}) is not supported", request.code),
+    )
+}

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# The one test command (README.md, .ci/run): installs what the tests need, caches it under
+# ~/.cache/conveyor (outside the checkout, so a fresh clone on the same machine reuses it), and
+# runs every test: the Rust workspace (unit, property, crash, torn-tail, full-disk tests) and
+# the real-client compatibility suite when present.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export CONVEYOR_CACHE="${CONVEYOR_CACHE:-$HOME/.cache/conveyor}"
+mkdir -p "$CONVEYOR_CACHE"
+if [ "${CI:-}" = "true" ]; then
+  # CI clones afresh each run: keep compiled dependencies between runs.
+  export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$CONVEYOR_CACHE/target}"
+fi
+export CARGO_TERM_COLOR=never
+
+echo "== cargo test --workspace"
+cargo test --workspace --all-targets 2>&1 | tee "$CONVEYOR_CACHE/cargo-test.log"
+
+if [ -x tests/compat/run-against-standalone.sh ]; then
+  echo "== real RocketMQ clients against conveyor standalone"
+  tests/compat/run-against-standalone.sh
+fi
