@@ -1,0 +1,380 @@
+//! Administration (what `mqadmin` does, for Conveyor's CLI and operator): create topics on
+//! every broker of a cluster (UPDATE_AND_CREATE_TOPIC 17, §9.6), cluster info, topic list and
+//! routes, per-queue offsets (topic status), a consumer group's progress and backlog, and
+//! message lookup by offset message id (33) or by key (12, §6.8).
+
+use std::time::Duration;
+
+use conveyor_protocol::code::{request_code, response_code};
+use conveyor_protocol::command::{ExtFields, RemotingCommand};
+use conveyor_protocol::message::{decode_records, parse_offset_msg_id, StoredMessage};
+use conveyor_protocol::route::{
+    perm, ClusterInfo, MessageQueue, TopicConfig, TopicFilterType, TopicRouteData,
+};
+
+use crate::consumer::{query_consumer_offset, queue_offset_call};
+use crate::error::{ClientError, Result};
+use crate::namesrv::NameServerClient;
+use crate::remoting::{RemotingClient, RemotingConfig};
+use crate::route::{master_addr, master_addrs, subscribe_queues};
+
+/// Offsets of one queue.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueueStatus {
+    /// The queue.
+    pub queue: MessageQueue,
+    /// Min offset.
+    pub min_offset: i64,
+    /// Max offset (next offset to be written).
+    pub max_offset: i64,
+}
+
+/// A consumer group's position in one queue.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueueProgress {
+    /// The queue.
+    pub queue: MessageQueue,
+    /// The queue's max offset.
+    pub broker_offset: i64,
+    /// The group's stored offset (`None`: never committed).
+    pub consumer_offset: Option<i64>,
+    /// Backlog: `broker_offset - consumer_offset` (the whole queue when never committed).
+    pub diff: i64,
+}
+
+/// A consumer group's progress over a topic.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConsumerProgress {
+    /// Per queue, in route order.
+    pub queues: Vec<QueueProgress>,
+    /// Sum of the per-queue backlogs.
+    pub total_diff: i64,
+}
+
+/// What to create with [`Admin::create_topic`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TopicSpec {
+    /// Topic name.
+    pub topic: String,
+    /// Readable queues per broker.
+    pub read_queue_nums: i32,
+    /// Writable queues per broker.
+    pub write_queue_nums: i32,
+    /// [`perm`] bits (normally READ | WRITE).
+    pub perm: i32,
+    /// Ordered topic.
+    pub order: bool,
+    /// Attributes string (`+message.type=FIFO,…`), if any.
+    pub attributes: Option<String>,
+}
+
+impl TopicSpec {
+    /// A read/write topic with `queues` queues per broker.
+    pub fn new(topic: impl Into<String>, queues: i32) -> Self {
+        Self {
+            topic: topic.into(),
+            read_queue_nums: queues,
+            write_queue_nums: queues,
+            perm: perm::READ_WRITE,
+            order: false,
+            attributes: None,
+        }
+    }
+
+    /// The UPDATE_AND_CREATE_TOPIC header.
+    pub fn to_ext_fields(&self) -> ExtFields {
+        let mut f = ExtFields::new();
+        f.insert("topic".into(), self.topic.clone());
+        f.insert("defaultTopic".into(), crate::producer::DEFAULT_TOPIC.into());
+        f.insert("readQueueNums".into(), self.read_queue_nums.to_string());
+        f.insert("writeQueueNums".into(), self.write_queue_nums.to_string());
+        f.insert("perm".into(), self.perm.to_string());
+        f.insert("topicFilterType".into(), "SINGLE_TAG".into());
+        f.insert("topicSysFlag".into(), "0".into());
+        f.insert("order".into(), self.order.to_string());
+        if let Some(a) = &self.attributes {
+            f.insert("attributes".into(), a.clone());
+        }
+        f
+    }
+
+    /// The same as a [`TopicConfig`].
+    pub fn to_config(&self) -> TopicConfig {
+        TopicConfig {
+            order: self.order,
+            perm: self.perm,
+            read_queue_nums: self.read_queue_nums,
+            topic_filter_type: TopicFilterType::SingleTag,
+            topic_name: self.topic.clone(),
+            write_queue_nums: self.write_queue_nums,
+            ..TopicConfig::default()
+        }
+    }
+}
+
+/// Admin client.
+#[derive(Debug)]
+pub struct Admin {
+    remoting: RemotingClient,
+    namesrv: NameServerClient,
+    timeout: Duration,
+}
+
+impl Admin {
+    /// An admin client for the name servers `namesrv` (`"a:9876;b:9876"`).
+    pub fn new(namesrv: &str) -> Result<Self> {
+        Self::with_config(namesrv, RemotingConfig::default())
+    }
+
+    /// An admin client with explicit transport settings.
+    pub fn with_config(namesrv: &str, config: RemotingConfig) -> Result<Self> {
+        let timeout = config.request_timeout;
+        let remoting = RemotingClient::new(config);
+        let namesrv = NameServerClient::new(remoting.clone(), namesrv)?;
+        Ok(Self {
+            remoting,
+            namesrv,
+            timeout,
+        })
+    }
+
+    /// The transport.
+    pub fn remoting(&self) -> &RemotingClient {
+        &self.remoting
+    }
+
+    /// The name-server client.
+    pub fn namesrv(&self) -> &NameServerClient {
+        &self.namesrv
+    }
+
+    /// Brokers and clusters.
+    pub async fn cluster_info(&self) -> Result<ClusterInfo> {
+        self.namesrv.cluster_info().await
+    }
+
+    /// All topics.
+    pub async fn topic_list(&self) -> Result<Vec<String>> {
+        self.namesrv.topic_list().await
+    }
+
+    /// The current route of `topic` (not cached).
+    pub async fn topic_route(&self, topic: &str) -> Result<TopicRouteData> {
+        Ok((*self.namesrv.refresh_route(topic).await?).clone())
+    }
+
+    /// Master addresses of every broker in `cluster`.
+    pub async fn cluster_masters(&self, cluster: &str) -> Result<Vec<String>> {
+        let info = self.cluster_info().await?;
+        let names = info
+            .cluster_addr_table
+            .get(cluster)
+            .ok_or_else(|| ClientError::InvalidArgument(format!("unknown cluster {cluster}")))?;
+        let mut addrs = Vec::new();
+        for name in names {
+            let addr = info
+                .broker_addr_table
+                .get(name)
+                .and_then(|b| b.master_addr())
+                .ok_or_else(|| ClientError::NoBroker {
+                    broker_name: name.clone(),
+                })?;
+            addrs.push(addr.to_string());
+        }
+        Ok(addrs)
+    }
+
+    /// Creates or updates `spec` on the broker at `addr`.
+    pub async fn create_topic_on_broker(&self, addr: &str, spec: &TopicSpec) -> Result<()> {
+        let request =
+            RemotingCommand::request(request_code::UPDATE_AND_CREATE_TOPIC, spec.to_ext_fields());
+        self.remoting.invoke_ok(addr, request, self.timeout).await?;
+        Ok(())
+    }
+
+    /// Creates or updates `spec` on the master of every broker of `cluster`; returns the
+    /// addresses updated. The brokers re-register, so the route appears shortly after.
+    pub async fn create_topic(&self, cluster: &str, spec: &TopicSpec) -> Result<Vec<String>> {
+        let addrs = self.cluster_masters(cluster).await?;
+        if addrs.is_empty() {
+            return Err(ClientError::InvalidArgument(format!(
+                "cluster {cluster} has no broker"
+            )));
+        }
+        for addr in &addrs {
+            self.create_topic_on_broker(addr, spec).await?;
+        }
+        self.namesrv.invalidate(&spec.topic);
+        Ok(addrs)
+    }
+
+    /// Waits until the name server returns a route for `topic` with at least one readable
+    /// queue, polling every 100 ms up to `timeout`.
+    pub async fn wait_for_route(&self, topic: &str, timeout: Duration) -> Result<TopicRouteData> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            match self.topic_route(topic).await {
+                Ok(route) if !subscribe_queues(topic, &route).is_empty() => return Ok(route),
+                Ok(_) => {}
+                Err(e) if e.code() == Some(response_code::TOPIC_NOT_EXIST) => {}
+                Err(e) => return Err(e),
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(ClientError::NoRoute {
+                    topic: topic.to_string(),
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Min and max offset of every readable queue of `topic`.
+    pub async fn topic_status(&self, topic: &str) -> Result<Vec<QueueStatus>> {
+        let route = self.namesrv.refresh_route(topic).await?;
+        let mut out = Vec::new();
+        for queue in subscribe_queues(topic, &route) {
+            let addr = queue_addr(&route, &queue)?;
+            let min_offset = queue_offset_call(
+                &self.remoting,
+                addr,
+                request_code::GET_MIN_OFFSET,
+                &queue,
+                None,
+                self.timeout,
+            )
+            .await?;
+            let max_offset = queue_offset_call(
+                &self.remoting,
+                addr,
+                request_code::GET_MAX_OFFSET,
+                &queue,
+                None,
+                self.timeout,
+            )
+            .await?;
+            out.push(QueueStatus {
+                queue,
+                min_offset,
+                max_offset,
+            });
+        }
+        Ok(out)
+    }
+
+    /// For each queue of `topic`: max offset, `group`'s stored offset, and the backlog.
+    pub async fn consumer_progress(&self, group: &str, topic: &str) -> Result<ConsumerProgress> {
+        let route = self.namesrv.refresh_route(topic).await?;
+        let mut queues = Vec::new();
+        let mut total_diff = 0;
+        for queue in subscribe_queues(topic, &route) {
+            let addr = queue_addr(&route, &queue)?;
+            let broker_offset = queue_offset_call(
+                &self.remoting,
+                addr,
+                request_code::GET_MAX_OFFSET,
+                &queue,
+                None,
+                self.timeout,
+            )
+            .await?;
+            let consumer_offset =
+                query_consumer_offset(&self.remoting, addr, group, &queue, self.timeout).await?;
+            let diff = (broker_offset - consumer_offset.unwrap_or(0)).max(0);
+            total_diff += diff;
+            queues.push(QueueProgress {
+                queue,
+                broker_offset,
+                consumer_offset,
+                diff,
+            });
+        }
+        Ok(ConsumerProgress { queues, total_diff })
+    }
+
+    /// The message with offset message id `msg_id` (VIEW_MESSAGE_BY_ID to the store host the
+    /// id names).
+    pub async fn view_message(&self, msg_id: &str) -> Result<StoredMessage> {
+        let (store_host, offset) = parse_offset_msg_id(msg_id).ok_or_else(|| {
+            ClientError::InvalidArgument(format!("{msg_id:?} is not an offset message id"))
+        })?;
+        let request = RemotingCommand::request(request_code::VIEW_MESSAGE_BY_ID, ExtFields::new())
+            .with_ext("offset", offset);
+        let response = self
+            .remoting
+            .invoke_ok(&store_host.to_string(), request, self.timeout)
+            .await?;
+        decode_records(&response.body)?
+            .into_iter()
+            .next()
+            .ok_or_else(|| {
+                ClientError::server(response_code::SYSTEM_ERROR, Some("empty body".into()))
+            })
+    }
+
+    /// Messages of `topic` whose KEYS contain `key` (or, with `unique_key`, whose UNIQ_KEY is
+    /// `key`), stored between the two timestamps (ms), from every broker of the topic.
+    pub async fn query_by_key(
+        &self,
+        topic: &str,
+        key: &str,
+        max_num: i32,
+        begin_timestamp: i64,
+        end_timestamp: i64,
+        unique_key: bool,
+    ) -> Result<Vec<StoredMessage>> {
+        let route = self.namesrv.refresh_route(topic).await?;
+        let mut found = Vec::new();
+        let mut addrs: Vec<String> = master_addrs(&route).into_values().collect();
+        addrs.sort();
+        for addr in addrs {
+            let mut request =
+                RemotingCommand::request(request_code::QUERY_MESSAGE, ExtFields::new())
+                    .with_ext("topic", topic)
+                    .with_ext("key", key)
+                    .with_ext("maxNum", max_num)
+                    .with_ext("beginTimestamp", begin_timestamp)
+                    .with_ext("endTimestamp", end_timestamp);
+            if unique_key {
+                request.set_ext("_UNIQUE_KEY_QUERY", "true");
+            }
+            let response = self
+                .remoting
+                .invoke_timeout(&addr, request, self.timeout)
+                .await?;
+            match response.code {
+                response_code::SUCCESS => found.extend(decode_records(&response.body)?),
+                response_code::QUERY_NOT_FOUND => {}
+                code => return Err(ClientError::server(code, response.remark)),
+            }
+        }
+        Ok(found)
+    }
+}
+
+fn queue_addr<'a>(route: &'a TopicRouteData, queue: &MessageQueue) -> Result<&'a str> {
+    master_addr(route, &queue.broker_name).ok_or_else(|| ClientError::NoBroker {
+        broker_name: queue.broker_name.clone(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn create_topic_header() {
+        let mut spec = TopicSpec::new("T", 8);
+        spec.attributes = Some("+message.type=FIFO".into());
+        let f = spec.to_ext_fields();
+        let get = |k: &str| f.get(k).map(String::as_str);
+        assert_eq!(get("topic"), Some("T"));
+        assert_eq!(get("defaultTopic"), Some("TBW102"));
+        assert_eq!(get("readQueueNums"), Some("8"));
+        assert_eq!(get("writeQueueNums"), Some("8"));
+        assert_eq!(get("perm"), Some("6"));
+        assert_eq!(get("topicFilterType"), Some("SINGLE_TAG"));
+        assert_eq!(get("order"), Some("false"));
+        assert_eq!(get("attributes"), Some("+message.type=FIFO"));
+        assert_eq!(spec.to_config().write_queue_nums, 8);
+    }
+}

@@ -1,0 +1,522 @@
+//! Reusable load generators, shared by the bench binary, CLI and tests so that every
+//! throughput or latency number Conveyor reports is produced the same way:
+//!
+//! - [`produce`]: N producers (one connection each), each with M sends in flight, for a
+//!   duration or a message count; latency = send round trip.
+//! - [`consume`]: pull consumers draining a topic from offset 0 across all queues, up to the
+//!   max offsets seen at start; latency = pull round trip.
+//! - [`long_poll_latency`]: how fast a parked long-poll pull returns once a message arrives.
+
+use std::fmt;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use conveyor_protocol::route::MessageQueue;
+use rand::Rng;
+use tracing::warn;
+
+use crate::consumer::{PullConsumer, PullConsumerConfig, PullStatus};
+use crate::error::{ClientError, Result};
+use crate::histogram::Histogram;
+use crate::message::Message;
+use crate::producer::{Producer, ProducerConfig};
+
+/// When a load generator stops.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Limit {
+    /// After this much time.
+    Duration(Duration),
+    /// After this many attempts (successful or not).
+    Count(u64),
+}
+
+/// Load-generator results.
+#[derive(Debug, Clone, Default)]
+pub struct Stats {
+    /// Messages sent / received.
+    pub msgs: u64,
+    /// Body bytes sent / received.
+    pub bytes: u64,
+    /// Failed requests.
+    pub errors: u64,
+    /// The first error seen, as text.
+    pub first_error: Option<String>,
+    /// Wall time of the measured phase.
+    pub elapsed: Duration,
+    /// Per-request latency.
+    pub latency: Histogram,
+}
+
+impl Stats {
+    /// Messages per second.
+    pub fn msgs_per_sec(&self) -> f64 {
+        self.msgs as f64 / self.elapsed.as_secs_f64().max(1e-9)
+    }
+
+    /// MiB of bodies per second.
+    pub fn mib_per_sec(&self) -> f64 {
+        self.bytes as f64 / (1024.0 * 1024.0) / self.elapsed.as_secs_f64().max(1e-9)
+    }
+
+    /// Median latency.
+    pub fn p50(&self) -> Duration {
+        self.latency.quantile(0.5)
+    }
+
+    /// 99th percentile latency.
+    pub fn p99(&self) -> Duration {
+        self.latency.quantile(0.99)
+    }
+
+    /// 99.9th percentile latency.
+    pub fn p999(&self) -> Duration {
+        self.latency.quantile(0.999)
+    }
+
+    fn add(&mut self, other: Stats) {
+        self.msgs += other.msgs;
+        self.bytes += other.bytes;
+        self.errors += other.errors;
+        if self.first_error.is_none() {
+            self.first_error = other.first_error;
+        }
+        self.latency.merge(&other.latency);
+    }
+
+    fn error(&mut self, e: &ClientError) {
+        self.errors += 1;
+        if self.first_error.is_none() {
+            self.first_error = Some(e.to_string());
+        }
+    }
+}
+
+impl fmt::Display for Stats {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} msgs, {} bytes in {:.3}s: {:.0} msg/s, {:.2} MiB/s; latency p50 {:?} p99 {:?} p999 {:?} max {:?}; {} errors",
+            self.msgs,
+            self.bytes,
+            self.elapsed.as_secs_f64(),
+            self.msgs_per_sec(),
+            self.mib_per_sec(),
+            self.p50(),
+            self.p99(),
+            self.p999(),
+            self.latency.max(),
+            self.errors
+        )
+    }
+}
+
+/// Settings of [`produce`].
+#[derive(Debug, Clone)]
+pub struct ProduceConfig {
+    /// Name servers.
+    pub namesrv: String,
+    /// Topic (auto-created through TBW102 if it has no route).
+    pub topic: String,
+    /// Producer group.
+    pub group: String,
+    /// Body size in bytes (random content).
+    pub message_size: usize,
+    /// Producers, each with its own connection.
+    pub producers: usize,
+    /// Concurrent sends per producer.
+    pub in_flight: usize,
+    /// When to stop.
+    pub limit: Limit,
+    /// Limit per send.
+    pub send_timeout: Duration,
+}
+
+impl ProduceConfig {
+    /// 1 KiB messages, 1 producer, 16 in flight, 10 s.
+    pub fn new(namesrv: impl Into<String>, topic: impl Into<String>) -> Self {
+        Self {
+            namesrv: namesrv.into(),
+            topic: topic.into(),
+            group: "conveyor-bench-producer".into(),
+            message_size: 1024,
+            producers: 1,
+            in_flight: 16,
+            limit: Limit::Duration(Duration::from_secs(10)),
+            send_timeout: Duration::from_secs(3),
+        }
+    }
+}
+
+/// Shared stop condition of a run.
+struct Budget {
+    deadline: Option<Instant>,
+    remaining: AtomicI64,
+}
+
+impl Budget {
+    fn new(limit: Limit, start: Instant) -> Self {
+        match limit {
+            Limit::Duration(d) => Self {
+                deadline: Some(start + d),
+                remaining: AtomicI64::new(i64::MAX),
+            },
+            Limit::Count(n) => Self {
+                deadline: None,
+                remaining: AtomicI64::new(i64::try_from(n).unwrap_or(i64::MAX)),
+            },
+        }
+    }
+
+    /// Takes one unit of work; false when the run is over.
+    fn take(&self) -> bool {
+        if self.deadline.is_some_and(|d| Instant::now() >= d) {
+            return false;
+        }
+        self.remaining.fetch_sub(1, Ordering::Relaxed) > 0
+    }
+}
+
+/// Pause after a failed request so a dead peer does not turn the generator into a spin loop.
+const ERROR_BACKOFF: Duration = Duration::from_millis(10);
+
+/// Sends messages as fast as `in_flight` × `producers` concurrent sends allow.
+pub async fn produce(config: &ProduceConfig) -> Result<Stats> {
+    if config.producers == 0 || config.in_flight == 0 {
+        return Err(ClientError::InvalidArgument(
+            "producers and in_flight must be positive".into(),
+        ));
+    }
+    let mut body = vec![0u8; config.message_size];
+    rand::rng().fill(&mut body[..]);
+    let body = Bytes::from(body);
+    let mut producers = Vec::with_capacity(config.producers);
+    for _ in 0..config.producers {
+        let mut pc = ProducerConfig::new(config.namesrv.clone(), config.group.clone());
+        pc.send_timeout = config.send_timeout;
+        let p = Arc::new(Producer::new(pc)?);
+        p.publish_queues(&config.topic).await?; // resolve the route before timing
+        producers.push(p);
+    }
+    let start = Instant::now();
+    let budget = Arc::new(Budget::new(config.limit, start));
+    let mut tasks = Vec::new();
+    for p in &producers {
+        for _ in 0..config.in_flight {
+            let p = p.clone();
+            let budget = budget.clone();
+            let msg = Message::new(config.topic.clone(), body.clone());
+            tasks.push(tokio::spawn(async move {
+                let mut s = Stats::default();
+                while budget.take() {
+                    let t0 = Instant::now();
+                    match p.send(&msg).await {
+                        Ok(_) => {
+                            s.latency.record(t0.elapsed());
+                            s.msgs += 1;
+                            s.bytes += msg.body.len() as u64;
+                        }
+                        Err(e) => {
+                            s.error(&e);
+                            tokio::time::sleep(ERROR_BACKOFF).await;
+                        }
+                    }
+                }
+                s
+            }));
+        }
+    }
+    let mut total = Stats::default();
+    for t in tasks {
+        match t.await {
+            Ok(s) => total.add(s),
+            Err(e) => warn!(error = %e, "producer task failed"),
+        }
+    }
+    total.elapsed = start.elapsed();
+    for p in &producers {
+        p.close();
+    }
+    Ok(total)
+}
+
+/// Settings of [`consume`].
+#[derive(Debug, Clone)]
+pub struct ConsumeConfig {
+    /// Name servers.
+    pub namesrv: String,
+    /// Topic to drain.
+    pub topic: String,
+    /// Consumer group (pulls do not commit offsets).
+    pub group: String,
+    /// Consumers, each with its own connection; queues are spread over them.
+    pub consumers: usize,
+    /// `maxMsgNums` per pull.
+    pub batch: i32,
+    /// Give up after this long even if not drained.
+    pub max_duration: Duration,
+}
+
+impl ConsumeConfig {
+    /// 1 consumer, batches of 32, at most 60 s.
+    pub fn new(namesrv: impl Into<String>, topic: impl Into<String>) -> Self {
+        Self {
+            namesrv: namesrv.into(),
+            topic: topic.into(),
+            group: "conveyor-bench-consumer".into(),
+            consumers: 1,
+            batch: 32,
+            max_duration: Duration::from_secs(60),
+        }
+    }
+}
+
+/// Reads every queue of the topic from offset 0 up to its max offset at start.
+pub async fn consume(config: &ConsumeConfig) -> Result<Stats> {
+    if config.consumers == 0 {
+        return Err(ClientError::InvalidArgument(
+            "consumers must be positive".into(),
+        ));
+    }
+    let mut consumers = Vec::with_capacity(config.consumers);
+    for _ in 0..config.consumers {
+        let c = PullConsumer::new(PullConsumerConfig::new(
+            config.namesrv.clone(),
+            config.group.clone(),
+        ))?;
+        c.subscribe(&config.topic, "*")?;
+        consumers.push(Arc::new(c));
+    }
+    let queues = consumers[0].fetch_queues(&config.topic).await?;
+    let mut targets: Vec<(MessageQueue, i64)> = Vec::with_capacity(queues.len());
+    for q in queues {
+        let max = consumers[0].max_offset(&q).await?;
+        targets.push((q, max));
+    }
+    if let Err(e) = consumers[0].heartbeat().await {
+        warn!(error = %e, "heartbeat failed; pulling anyway");
+    }
+    let start = Instant::now();
+    let deadline = start + config.max_duration;
+    let mut tasks = Vec::new();
+    for (i, (queue, target)) in targets.into_iter().enumerate() {
+        let c = consumers[i % consumers.len()].clone();
+        let batch = config.batch;
+        tasks.push(tokio::spawn(async move {
+            let mut s = Stats::default();
+            let mut offset = 0i64;
+            while offset < target && Instant::now() < deadline {
+                let t0 = Instant::now();
+                match c.pull(&queue, offset, batch, Duration::ZERO).await {
+                    Ok(r) => {
+                        s.latency.record(t0.elapsed());
+                        s.msgs += r.messages.len() as u64;
+                        s.bytes += r.messages.iter().map(|m| m.body.len() as u64).sum::<u64>();
+                        if r.status == PullStatus::NoNewMsg && r.next_begin_offset <= offset {
+                            // Not readable yet (e.g. still being dispatched): brief pause.
+                            tokio::time::sleep(Duration::from_millis(1)).await;
+                        }
+                        offset = offset.max(r.next_begin_offset);
+                    }
+                    Err(e) => {
+                        s.error(&e);
+                        tokio::time::sleep(ERROR_BACKOFF).await;
+                    }
+                }
+            }
+            s
+        }));
+    }
+    let mut total = Stats::default();
+    for t in tasks {
+        match t.await {
+            Ok(s) => total.add(s),
+            Err(e) => warn!(error = %e, "consumer task failed"),
+        }
+    }
+    total.elapsed = start.elapsed();
+    for c in &consumers {
+        c.close();
+    }
+    Ok(total)
+}
+
+/// Settings of [`long_poll_latency`].
+#[derive(Debug, Clone)]
+pub struct LongPollConfig {
+    /// Name servers.
+    pub namesrv: String,
+    /// Topic (auto-created if needed).
+    pub topic: String,
+    /// Consumer group.
+    pub group: String,
+    /// Number of measurements.
+    pub trials: usize,
+    /// Long-poll hold requested by the idle pull.
+    pub suspend: Duration,
+    /// Time given to the pull to reach the broker and park before the message is sent.
+    pub settle: Duration,
+    /// Body size.
+    pub message_size: usize,
+}
+
+impl LongPollConfig {
+    /// 10 trials, 15 s hold, 100 ms settle, 128-byte bodies.
+    pub fn new(namesrv: impl Into<String>, topic: impl Into<String>) -> Self {
+        Self {
+            namesrv: namesrv.into(),
+            topic: topic.into(),
+            group: "conveyor-bench-longpoll".into(),
+            trials: 10,
+            suspend: Duration::from_secs(15),
+            settle: Duration::from_millis(100),
+            message_size: 128,
+        }
+    }
+}
+
+/// Long-poll wake-up latencies.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LongPollStats {
+    /// Each trial's latency: from just before the send to the pull's return.
+    pub samples: Vec<Duration>,
+    /// Fastest trial.
+    pub min: Duration,
+    /// Median trial.
+    pub median: Duration,
+    /// Slowest trial.
+    pub max: Duration,
+}
+
+impl LongPollStats {
+    /// Summary of `samples`.
+    pub fn from_samples(samples: Vec<Duration>) -> Self {
+        let mut sorted = samples.clone();
+        sorted.sort();
+        Self {
+            min: sorted.first().copied().unwrap_or_default(),
+            median: sorted
+                .get(sorted.len().saturating_sub(1) / 2)
+                .copied()
+                .unwrap_or_default(),
+            max: sorted.last().copied().unwrap_or_default(),
+            samples,
+        }
+    }
+}
+
+impl fmt::Display for LongPollStats {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} trials: min {:?} median {:?} max {:?}",
+            self.samples.len(),
+            self.min,
+            self.median,
+            self.max
+        )
+    }
+}
+
+/// Measures how long a parked long-poll pull takes to return once a message is sent to its
+/// queue: per trial, pull at the queue's max offset with a long hold, wait `settle`, send one
+/// message to that queue, and time from just before the send until the pull returns.
+pub async fn long_poll_latency(config: &LongPollConfig) -> Result<LongPollStats> {
+    let producer = Producer::new(ProducerConfig::new(
+        config.namesrv.clone(),
+        format!("{}-producer", config.group),
+    ))?;
+    let consumer = Arc::new(PullConsumer::new(PullConsumerConfig::new(
+        config.namesrv.clone(),
+        config.group.clone(),
+    ))?);
+    consumer.subscribe(&config.topic, "*")?;
+    let body = Bytes::from(vec![b'x'; config.message_size]);
+    let msg = Message::new(config.topic.clone(), body);
+    let queue = producer
+        .publish_queues(&config.topic)
+        .await?
+        .into_iter()
+        .next()
+        .ok_or_else(|| ClientError::NoRoute {
+            topic: config.topic.clone(),
+        })?;
+    // Warm-up: creates the topic if needed and opens the connections.
+    producer.send_to_queue(&msg, &queue).await?;
+    wait_for_route(&consumer, &config.topic, Duration::from_secs(10)).await?;
+    if let Err(e) = consumer.heartbeat().await {
+        warn!(error = %e, "heartbeat failed; pulling anyway");
+    }
+    let mut samples = Vec::with_capacity(config.trials);
+    for trial in 0..config.trials {
+        let offset = consumer.max_offset(&queue).await?;
+        let c = consumer.clone();
+        let q = queue.clone();
+        let suspend = config.suspend;
+        let pull = tokio::spawn(async move {
+            let r = c.pull(&q, offset, 1, suspend).await;
+            (r, Instant::now())
+        });
+        tokio::time::sleep(config.settle).await;
+        let t0 = Instant::now();
+        producer.send_to_queue(&msg, &queue).await?;
+        let (result, returned_at) = pull
+            .await
+            .map_err(|e| ClientError::InvalidArgument(format!("pull task failed: {e}")))?;
+        let result = result?;
+        if result.status != PullStatus::Found {
+            return Err(ClientError::InvalidArgument(format!(
+                "trial {trial}: long poll returned {:?} instead of the message",
+                result.status
+            )));
+        }
+        samples.push(returned_at.saturating_duration_since(t0));
+    }
+    producer.close();
+    consumer.close();
+    Ok(LongPollStats::from_samples(samples))
+}
+
+/// Polls until the consumer's name server returns a route for `topic`.
+async fn wait_for_route(consumer: &PullConsumer, topic: &str, timeout: Duration) -> Result<()> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        match consumer.fetch_queues(topic).await {
+            Ok(q) if !q.is_empty() => return Ok(()),
+            Ok(_) => {}
+            Err(e) if e.code().is_some() => {}
+            Err(e) => return Err(e),
+        }
+        if Instant::now() >= deadline {
+            return Err(ClientError::NoRoute {
+                topic: topic.to_string(),
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_poll_summary() {
+        let ms = Duration::from_millis;
+        let s = LongPollStats::from_samples(vec![ms(5), ms(1), ms(3)]);
+        assert_eq!((s.min, s.median, s.max), (ms(1), ms(3), ms(5)));
+        assert_eq!(s.samples, vec![ms(5), ms(1), ms(3)]);
+        let empty = LongPollStats::from_samples(Vec::new());
+        assert_eq!(empty.max, Duration::ZERO);
+    }
+
+    #[test]
+    fn budget_counts_and_deadlines() {
+        let b = Budget::new(Limit::Count(3), Instant::now());
+        assert!(b.take() && b.take() && b.take());
+        assert!(!b.take());
+        let b = Budget::new(Limit::Duration(Duration::ZERO), Instant::now());
+        assert!(!b.take());
+    }
+}
