@@ -128,6 +128,8 @@ pub async fn start(mut cfg: AppConfig) -> Result<Running, StartError> {
         running.broker = Some(broker.clone());
         tasks.spawn(broker.clone().run_background(shutdown.clone()));
         tasks.spawn(broker.clone().run_schedule(shutdown.clone()));
+        tasks.spawn(broker.clone().run_timer(shutdown.clone()));
+        tasks.spawn(broker.clone().run_transaction_checks(shutdown.clone()));
         tasks.spawn(serve(listener, broker, shutdown.clone(), MAX_FRAME));
         tracing::info!(%addr, advertised = %cfg.broker.advertised_addr, "broker listening");
     }

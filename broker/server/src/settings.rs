@@ -74,6 +74,12 @@ pub struct ServerArgs {
     /// Delay levels, e.g. "1s 5s 10s 30s 1m 2m".
     #[arg(long, env = "CONVEYOR_DELAY_LEVELS")]
     pub delay_levels: Option<String>,
+    /// Age (ms) after which an undecided transactional message is checked back.
+    #[arg(long, env = "CONVEYOR_TRANSACTION_TIMEOUT_MS")]
+    pub transaction_timeout_ms: Option<u64>,
+    /// Time (ms) between two checks of the same undecided transactional message.
+    #[arg(long, env = "CONVEYOR_TRANSACTION_CHECK_INTERVAL_MS")]
+    pub transaction_check_interval_ms: Option<u64>,
 }
 
 /// The TOML file.
@@ -203,6 +209,12 @@ pub fn build(role: Role, args: &ServerArgs) -> Result<AppConfig, SettingsError> 
     }
     if let Some(v) = &args.delay_levels {
         broker.delay_levels = v.clone();
+    }
+    if let Some(v) = args.transaction_timeout_ms {
+        broker.transaction_timeout_ms = v;
+    }
+    if let Some(v) = args.transaction_check_interval_ms {
+        broker.transaction_check_interval_ms = v;
     }
     let data_dir = args
         .data_dir

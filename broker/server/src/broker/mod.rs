@@ -17,9 +17,12 @@ pub mod offsets;
 pub mod pull;
 pub mod query;
 pub mod register;
+pub mod retry;
 pub mod schedule;
 pub mod send;
+pub mod timer;
 pub mod topics;
+pub mod transaction;
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -78,6 +81,14 @@ pub struct BrokerConfig {
     pub max_sends_in_flight: usize,
     /// Delay levels, RocketMQ's `messageDelayLevel`.
     pub delay_levels: String,
+    /// Longest delay a timer message may ask for (RocketMQ: 3 days).
+    pub timer_max_delay_ms: u64,
+    /// Age after which an undecided half message is checked back (RocketMQ: 6 s).
+    pub transaction_timeout_ms: u64,
+    /// Time between two checks of the same half message.
+    pub transaction_check_interval_ms: u64,
+    /// Checks before an undecided half message is discarded (RocketMQ: 15).
+    pub transaction_check_max: u32,
 }
 
 impl Default for BrokerConfig {
@@ -96,6 +107,10 @@ impl Default for BrokerConfig {
             send_queue_wait_ms: 200,
             max_sends_in_flight: 10_000,
             delay_levels: "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h".into(),
+            timer_max_delay_ms: 3 * 24 * 3600 * 1000,
+            transaction_timeout_ms: 6_000,
+            transaction_check_interval_ms: 30_000,
+            transaction_check_max: 15,
         }
     }
 }
@@ -121,6 +136,8 @@ pub struct Broker {
     pub stats: BrokerStats,
     pub schedule: schedule::ScheduleProgress,
     pub locks: consumer::QueueLocks,
+    pub timer: timer::TimerService,
+    pub transactions: transaction::TransactionService,
     delay_levels: Vec<Duration>,
     store_host: SocketAddr,
     namesrvs: Vec<Link>,
@@ -186,6 +203,8 @@ impl Broker {
             SubscriptionGroupManager::load(&config_dir, config.auto_create_subscription_group)?;
         let offsets = ConsumerOffsetManager::load(&config_dir)?;
         let schedule = schedule::ScheduleProgress::load(&config_dir)?;
+        let timer = timer::TimerService::load(&config_dir)?;
+        let transactions = transaction::TransactionService::load(&config_dir)?;
         let hold = Arc::new(PullHold::default());
         {
             let hold = hold.clone();
@@ -206,6 +225,8 @@ impl Broker {
             stats: BrokerStats::default(),
             schedule,
             locks: consumer::QueueLocks::default(),
+            timer,
+            transactions,
             delay_levels,
             store_host,
             namesrvs,
@@ -292,6 +313,8 @@ impl Broker {
             rc::QUERY_MESSAGE => self.query_message(req),
             rc::CHECK_CLIENT_CONFIG => self.check_client_config(req),
             rc::LOCK_BATCH_MQ | rc::UNLOCK_BATCH_MQ => self.lock_batch(req),
+            rc::CONSUMER_SEND_MSG_BACK => self.send_back(req).await,
+            rc::END_TRANSACTION => self.end_transaction(req),
             code if admin::handles(code) => self.admin(conn, req).await,
             _ => Err(not_supported(req)),
         }

@@ -69,26 +69,53 @@ impl ScheduleProgress {
 }
 
 impl Broker {
-    /// Parks a delayed message in the schedule topic (called before every append).
-    pub(crate) fn prepare_for_store(&self, m: &mut StoredMessage) {
+    /// Parks a message that must not be visible yet, before every append: a prepared
+    /// transactional message goes to the half topic, a timer message to the timer topic, a
+    /// delay-level message to the schedule topic. Errors are for the client (bad timer).
+    pub(crate) fn prepare_for_store(&self, m: &mut StoredMessage) -> Result<(), String> {
         let ty = sysflag::transaction_type(m.sys_flag);
+        if ty == sysflag::TRANSACTION_PREPARED_TYPE
+            || m.properties.get(keys::TRANSACTION_PREPARED) == Some("true")
+        {
+            if ty == sysflag::TRANSACTION_PREPARED_TYPE {
+                super::transaction::park_half(m);
+            }
+            return Ok(());
+        }
         if ty != sysflag::TRANSACTION_NOT_TYPE && ty != sysflag::TRANSACTION_COMMIT_TYPE {
-            return;
+            return Ok(());
+        }
+        let now = now_ms();
+        if let Some(due) = super::timer::timer_due(&m.properties, now) {
+            let max = self.config.timer_max_delay_ms as i64;
+            if due - now > max {
+                return Err(format!(
+                    "timer message delay of {} ms exceeds the maximum of {max} ms",
+                    due - now
+                ));
+            }
+            if due > now {
+                m.properties
+                    .insert(super::timer::TIMER_OUT_MS, due.to_string());
+                m.properties.insert(keys::REAL_TOPIC, m.topic.clone());
+                m.properties
+                    .insert(keys::REAL_QUEUE_ID, m.queue_id.to_string());
+                m.topic = super::topics::TIMER_TOPIC.to_string();
+                m.queue_id = 0;
+            }
+            return Ok(());
         }
         let Some(level) = m
             .properties
             .get(keys::DELAY_TIME_LEVEL)
             .and_then(|l| l.trim().parse::<i32>().ok())
         else {
-            return;
+            return Ok(());
         };
-        if level <= 0 {
-            return;
+        if level <= 0 || self.delay_levels.is_empty() {
+            return Ok(());
         }
         let level = level.min(self.delay_levels.len() as i32);
-        if level == 0 {
-            return;
-        }
         m.properties
             .insert(keys::DELAY_TIME_LEVEL, level.to_string());
         m.properties.insert(keys::REAL_TOPIC, m.topic.clone());
@@ -96,6 +123,7 @@ impl Broker {
             .insert(keys::REAL_QUEUE_ID, m.queue_id.to_string());
         m.topic = SCHEDULE_TOPIC.to_string();
         m.queue_id = level - 1;
+        Ok(())
     }
 
     /// Runs one delivery task per level until `shutdown`.

@@ -286,7 +286,8 @@ impl Broker {
             vec![self.message(&h, conn, h.flag, req.body.clone(), props)]
         };
         for m in &mut messages {
-            self.prepare_for_store(m);
+            self.prepare_for_store(m)
+                .map_err(|e| error_response(req, resp::MESSAGE_ILLEGAL, e))?;
         }
         let (placements, _) = self
             .store

@@ -1,0 +1,129 @@
+//! CONSUMER_SEND_MSG_BACK (36): a consumer failed to process a message. The broker re-reads
+//! the original by its commit-log offset and stores a copy in `%RETRY%<group>` with a growing
+//! delay level (3 + reconsume times) so it comes back later, or, past the group's max
+//! reconsume times, parks it in `%DLQ%<group>` (protocol-remoting.md §6.7).
+
+use std::sync::Arc;
+
+use conveyor_protocol::code::{response_code as resp, version};
+use conveyor_protocol::command::RemotingCommand;
+use conveyor_protocol::message::{keys, offset_msg_id, RecordView};
+use rand::Rng;
+
+use super::send::store_error_response;
+use super::topics;
+use super::{bad_header, ok, Broker, Reply};
+use crate::remoting::error_response;
+
+impl Broker {
+    /// Handles CONSUMER_SEND_MSG_BACK.
+    pub(crate) async fn send_back(self: &Arc<Self>, req: &RemotingCommand) -> Reply {
+        let bad = bad_header(req);
+        let offset = req.get_i64("offset").map_err(&bad)?;
+        let group = req.get_str("group").map_err(&bad)?;
+        let delay_level = req.get_i32_opt("delayLevel").map_err(&bad)?.unwrap_or(0);
+        let origin_msg_id = req.get_str_opt("originMsgId").filter(|s| !s.is_empty());
+        let header_max = req.get_i32_opt("maxReconsumeTimes").map_err(&bad)?;
+
+        let group_cfg = self
+            .groups
+            .find_or_create(group)
+            .map_err(|e| error_response(req, resp::SYSTEM_ERROR, e.to_string()))?
+            .ok_or_else(|| {
+                error_response(
+                    req,
+                    resp::SUBSCRIPTION_GROUP_NOT_EXIST,
+                    format!("subscription group not exist, {group}"),
+                )
+            })?;
+        if group_cfg.retry_queue_nums <= 0 {
+            return Ok(ok(req));
+        }
+        let record = u64::try_from(offset)
+            .ok()
+            .and_then(|o| self.store.message_at(o))
+            .ok_or_else(|| {
+                error_response(
+                    req,
+                    resp::SYSTEM_ERROR,
+                    format!("look message by offset failed, {offset}"),
+                )
+            })?;
+        let view = RecordView::parse(&record).map_err(|e| {
+            error_response(
+                req,
+                resp::SYSTEM_ERROR,
+                format!("message at {offset} is unreadable: {e}"),
+            )
+        })?;
+        let mut msg = view
+            .to_message()
+            .map_err(|e| error_response(req, resp::SYSTEM_ERROR, e.to_string()))?;
+
+        let max = match header_max {
+            Some(m) if req.version >= version::V3_4_9 => m,
+            _ => group_cfg.retry_max_times,
+        };
+        let to_dlq = msg.reconsume_times >= max || delay_level < 0;
+        let original_topic = msg.topic.clone();
+        if msg.properties.get(keys::RETRY_TOPIC).is_none() {
+            msg.properties
+                .insert(keys::RETRY_TOPIC, original_topic.clone());
+        }
+        let origin = origin_msg_id
+            .map(str::to_string)
+            .or_else(|| {
+                msg.properties
+                    .get(keys::ORIGIN_MESSAGE_ID)
+                    .map(str::to_string)
+            })
+            .unwrap_or_else(|| offset_msg_id(msg.store_host, msg.physical_offset));
+        msg.properties
+            .insert(keys::ORIGIN_MESSAGE_ID, origin.clone());
+        let (topic, queues) = if to_dlq {
+            msg.properties.remove(keys::DELAY_TIME_LEVEL);
+            msg.properties.insert(
+                keys::DLQ_ORIGIN_TOPIC,
+                msg.properties
+                    .get(keys::RETRY_TOPIC)
+                    .unwrap_or(&original_topic)
+                    .to_string(),
+            );
+            msg.properties.insert(keys::DLQ_ORIGIN_MESSAGE_ID, origin);
+            (topics::dlq_topic(group), 1)
+        } else {
+            let level = if delay_level > 0 {
+                delay_level
+            } else {
+                3 + msg.reconsume_times
+            };
+            msg.properties
+                .insert(keys::DELAY_TIME_LEVEL, level.to_string());
+            (topics::retry_topic(group), group_cfg.retry_queue_nums)
+        };
+        let (config, created) = self
+            .topics
+            .ensure(&topic, queues)
+            .map_err(|e| error_response(req, resp::SYSTEM_ERROR, e.to_string()))?;
+        if created {
+            self.register_soon();
+        }
+        msg.topic = topic;
+        msg.queue_id = rand::rng().random_range(0..config.write_queue_nums.max(1));
+        msg.reconsume_times += 1;
+        msg.store_host = self.store_host();
+        self.prepare_for_store(&mut msg)
+            .map_err(|e| error_response(req, resp::MESSAGE_ILLEGAL, e))?;
+        if to_dlq {
+            tracing::info!(
+                group,
+                reconsume_times = msg.reconsume_times,
+                "message moved to the dead-letter queue"
+            );
+        }
+        self.store
+            .append(std::slice::from_ref(&msg))
+            .map_err(|e| store_error_response(req, &e))?;
+        Ok(ok(req))
+    }
+}

@@ -1,0 +1,438 @@
+//! Transactional messages (protocol-remoting.md §8): half messages wait, invisible, in
+//! `RMQ_SYS_TRANS_HALF_TOPIC`; END_TRANSACTION commits (the message is written to its real
+//! topic) or rolls back; each decision is recorded in `RMQ_SYS_TRANS_OP_HALF_TOPIC`. Undecided
+//! half messages older than the transaction timeout are checked back with
+//! CHECK_TRANSACTION_STATE on a live connection of their producer group, every check
+//! interval, until the max check count sends them to `TRANS_CHECK_MAX_TIME_TOPIC`.
+//!
+//! Both topics live in the store, so after a restart the decided set is rebuilt from the op
+//! topic and the undecided ones from the half topic (from a persisted checkpoint on).
+
+use std::collections::{BTreeMap, HashSet};
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use conveyor_protocol::code::{request_code as rc, response_code as resp};
+use conveyor_protocol::command::RemotingCommand;
+use conveyor_protocol::message::{
+    encode_record, keys, offset_msg_id, seal_record, Properties, RecordView, StoredMessage,
+};
+use conveyor_protocol::sysflag;
+use conveyor_store::AcceptAll;
+use serde::{Deserialize, Serialize};
+use tokio_util::sync::CancellationToken;
+
+use super::config_file::{ConfigFile, ConfigFileError};
+use super::send::store_error_response;
+use super::topics::{TRANS_CHECK_MAX_TIME_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC};
+use super::{bad_header, ok, Broker, Reply};
+use crate::remoting::error_response;
+
+/// Tag of op records ("d" for done, as RocketMQ's REMOVETAG).
+const OP_TAG: &str = "d";
+
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct Persisted {
+    half_checkpoint: i64,
+}
+
+#[derive(Debug, Clone)]
+struct Pending {
+    phys: u64,
+    store_ms: i64,
+    group: String,
+    immunity_ms: Option<i64>,
+    checks: u32,
+    next_check_ms: i64,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    /// Half queue offsets below are all decided.
+    half_checkpoint: i64,
+    half_scanned: i64,
+    op_scanned: i64,
+    decided: HashSet<i64>,
+    pending: BTreeMap<i64, Pending>,
+}
+
+/// Transaction bookkeeping.
+pub struct TransactionService {
+    file: ConfigFile,
+    state: Mutex<State>,
+}
+
+impl TransactionService {
+    /// Loads `config/transactionProgress.json`.
+    pub fn load(config_dir: &Path) -> Result<Self, ConfigFileError> {
+        let file = ConfigFile::new(config_dir, "transactionProgress.json");
+        let p: Persisted = file.load()?.unwrap_or_default();
+        Ok(Self {
+            file,
+            state: Mutex::new(State {
+                half_checkpoint: p.half_checkpoint,
+                half_scanned: p.half_checkpoint,
+                ..Default::default()
+            }),
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn persist(&self) -> Result<(), ConfigFileError> {
+        let half_checkpoint = self.lock().half_checkpoint;
+        self.file.store(&Persisted { half_checkpoint })
+    }
+}
+
+/// Turns a prepared message into a half message parked in the half topic.
+pub fn park_half(m: &mut StoredMessage) {
+    m.properties.insert(keys::REAL_TOPIC, m.topic.clone());
+    m.properties
+        .insert(keys::REAL_QUEUE_ID, m.queue_id.to_string());
+    if let Some(uniq) = m
+        .properties
+        .get(keys::UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
+        .map(str::to_string)
+    {
+        m.properties.insert(keys::TRANSACTION_ID, uniq);
+    }
+    // NOT_TYPE so the half message gets a queue entry in the half topic.
+    m.sys_flag &= !sysflag::TRANSACTION_TYPE_MASK;
+    m.topic = TRANS_HALF_TOPIC.to_string();
+    m.queue_id = 0;
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+impl Broker {
+    /// END_TRANSACTION: commit or roll back a half message.
+    pub(crate) fn end_transaction(&self, req: &RemotingCommand) -> Reply {
+        let bad = bad_header(req);
+        let group = req.get_str("producerGroup").map_err(&bad)?;
+        let queue_offset = req.get_i64("tranStateTableOffset").map_err(&bad)?;
+        let phys = req.get_i64("commitLogOffset").map_err(&bad)?;
+        let decision = req.get_i32("commitOrRollback").map_err(&bad)?;
+        let commit = match decision {
+            sysflag::TRANSACTION_COMMIT_TYPE => true,
+            sysflag::TRANSACTION_ROLLBACK_TYPE => false,
+            // UNKNOW: the producer will be asked again later.
+            sysflag::TRANSACTION_NOT_TYPE => return Ok(ok(req)),
+            other => {
+                return Err(error_response(
+                    req,
+                    resp::INVALID_PARAMETER,
+                    format!("invalid commitOrRollback {other}"),
+                ));
+            }
+        };
+        let record = u64::try_from(phys)
+            .ok()
+            .and_then(|p| self.store.message_at(p))
+            .ok_or_else(|| {
+                error_response(
+                    req,
+                    resp::SYSTEM_ERROR,
+                    format!(
+                        "find prepared transaction message failed: no message at offset {phys}"
+                    ),
+                )
+            })?;
+        let half = RecordView::parse(&record)
+            .and_then(|v| v.to_message())
+            .map_err(|e| error_response(req, resp::SYSTEM_ERROR, e.to_string()))?;
+        if half.topic != TRANS_HALF_TOPIC {
+            return Err(error_response(
+                req,
+                resp::SYSTEM_ERROR,
+                format!("the message at offset {phys} is not a prepared transaction message"),
+            ));
+        }
+        if half
+            .properties
+            .get(keys::PRODUCER_GROUP)
+            .is_some_and(|g| g != group)
+        {
+            return Err(error_response(
+                req,
+                resp::SYSTEM_ERROR,
+                "the producer group wrong",
+            ));
+        }
+        if half.queue_offset != queue_offset {
+            return Err(error_response(
+                req,
+                resp::SYSTEM_ERROR,
+                "the transaction state table offset wrong",
+            ));
+        }
+        if self.transactions.lock().decided.contains(&queue_offset) {
+            // Already decided (a check-back answer racing the first END_TRANSACTION).
+            return Ok(ok(req));
+        }
+        if commit {
+            let mut m = half.clone();
+            let (Some(topic), Some(queue)) = (
+                m.properties.get(keys::REAL_TOPIC).map(str::to_string),
+                m.properties
+                    .get(keys::REAL_QUEUE_ID)
+                    .and_then(|q| q.parse::<i32>().ok()),
+            ) else {
+                return Err(error_response(
+                    req,
+                    resp::SYSTEM_ERROR,
+                    "prepared message lacks its real topic",
+                ));
+            };
+            m.topic = topic;
+            m.queue_id = queue;
+            m.properties.remove(keys::REAL_TOPIC);
+            m.properties.remove(keys::REAL_QUEUE_ID);
+            m.properties.remove(keys::TRANSACTION_PREPARED);
+            m.sys_flag =
+                (m.sys_flag & !sysflag::TRANSACTION_TYPE_MASK) | sysflag::TRANSACTION_COMMIT_TYPE;
+            m.prepared_transaction_offset = phys;
+            self.prepare_for_store(&mut m)
+                .map_err(|e| error_response(req, resp::MESSAGE_ILLEGAL, e))?;
+            self.store
+                .append(std::slice::from_ref(&m))
+                .map_err(|e| store_error_response(req, &e))?;
+        }
+        self.record_decision(queue_offset)
+            .map_err(|e| store_error_response(req, &e))?;
+        Ok(ok(req))
+    }
+
+    /// Writes the op record and marks the half message decided.
+    fn record_decision(&self, half_offset: i64) -> Result<(), conveyor_store::StoreError> {
+        let mut props = Properties::new();
+        props.insert(keys::TAGS, OP_TAG);
+        let op = StoredMessage {
+            topic: TRANS_OP_HALF_TOPIC.into(),
+            queue_id: 0,
+            flag: 0,
+            queue_offset: 0,
+            physical_offset: 0,
+            sys_flag: 0,
+            born_timestamp: now_ms(),
+            born_host: self.store_host(),
+            store_timestamp: 0,
+            store_host: self.store_host(),
+            reconsume_times: 0,
+            prepared_transaction_offset: 0,
+            body: Bytes::from(half_offset.to_string()),
+            properties: props,
+        };
+        self.store.append(std::slice::from_ref(&op))?;
+        let mut s = self.transactions.lock();
+        s.decided.insert(half_offset);
+        s.pending.remove(&half_offset);
+        Ok(())
+    }
+
+    /// Reads new op and half records into the bookkeeping.
+    fn scan_transactions(&self) {
+        let mut s = self.transactions.lock();
+        loop {
+            let r = self.store.get_messages(
+                TRANS_OP_HALF_TOPIC,
+                0,
+                s.op_scanned,
+                256,
+                1 << 20,
+                &AcceptAll,
+            );
+            if r.messages.is_empty() {
+                s.op_scanned = s.op_scanned.max(
+                    r.next_begin_offset
+                        .min(self.store.max_offset(TRANS_OP_HALF_TOPIC, 0)),
+                );
+                break;
+            }
+            for slice in &r.messages {
+                if let Some(o) = RecordView::parse(slice)
+                    .ok()
+                    .and_then(|v| std::str::from_utf8(v.body()).ok()?.parse::<i64>().ok())
+                {
+                    s.decided.insert(o);
+                    s.pending.remove(&o);
+                }
+            }
+            s.op_scanned = r.next_begin_offset;
+        }
+        let min = self.store.min_offset(TRANS_HALF_TOPIC, 0);
+        s.half_scanned = s.half_scanned.max(s.half_checkpoint).max(min);
+        loop {
+            let r = self.store.get_messages(
+                TRANS_HALF_TOPIC,
+                0,
+                s.half_scanned,
+                256,
+                4 << 20,
+                &AcceptAll,
+            );
+            if r.messages.is_empty() {
+                s.half_scanned = s.half_scanned.max(
+                    r.next_begin_offset
+                        .min(self.store.max_offset(TRANS_HALF_TOPIC, 0)),
+                );
+                break;
+            }
+            for (slice, qo) in r.messages.iter().zip(&r.queue_offsets) {
+                if s.decided.contains(qo) {
+                    continue;
+                }
+                let Ok(v) = RecordView::parse(slice) else {
+                    continue;
+                };
+                let immunity_ms = v
+                    .property(keys::CHECK_IMMUNITY_TIME_IN_SECONDS)
+                    .and_then(|x| x.parse::<i64>().ok())
+                    .map(|s| s * 1000);
+                s.pending.insert(
+                    *qo,
+                    Pending {
+                        phys: v.physical_offset() as u64,
+                        store_ms: v.store_timestamp(),
+                        group: v
+                            .property(keys::PRODUCER_GROUP)
+                            .unwrap_or_default()
+                            .to_string(),
+                        immunity_ms,
+                        checks: 0,
+                        next_check_ms: 0,
+                    },
+                );
+            }
+            s.half_scanned = r.next_begin_offset;
+        }
+        let checkpoint = s.pending.keys().next().copied().unwrap_or(s.half_scanned);
+        s.half_checkpoint = checkpoint;
+        let below = s.half_checkpoint;
+        s.decided.retain(|o| *o >= below);
+    }
+
+    /// Checks back or discards undecided half messages that are due.
+    fn check_transactions(&self) {
+        let now = now_ms();
+        let timeout = self.config.transaction_timeout_ms as i64;
+        let interval = self.config.transaction_check_interval_ms as i64;
+        let due: Vec<(i64, Pending)> = {
+            let s = self.transactions.lock();
+            s.pending
+                .iter()
+                .filter(|(_, p)| {
+                    now - p.store_ms >= p.immunity_ms.unwrap_or(timeout) && now >= p.next_check_ms
+                })
+                .map(|(o, p)| (*o, p.clone()))
+                .collect()
+        };
+        for (offset, p) in due {
+            if p.checks >= self.config.transaction_check_max {
+                if let Err(e) = self.discard_half(offset, p.phys) {
+                    tracing::warn!(error = %e, "discarding an undecided half message failed");
+                }
+                continue;
+            }
+            let sent = self.send_check(offset, &p);
+            let mut s = self.transactions.lock();
+            if let Some(entry) = s.pending.get_mut(&offset) {
+                entry.checks += 1;
+                entry.next_check_ms = now + interval;
+            }
+            if !sent {
+                tracing::debug!(
+                    group = p.group,
+                    offset,
+                    "no live producer of the group for a transaction check"
+                );
+            }
+        }
+    }
+
+    fn send_check(&self, half_offset: i64, p: &Pending) -> bool {
+        let Some(channel) = self.clients.producer_channel(&p.group) else {
+            return false;
+        };
+        let Some(record) = self.store.message_at(p.phys) else {
+            return false;
+        };
+        let Ok(mut m) = RecordView::parse(&record).and_then(|v| v.to_message()) else {
+            return false;
+        };
+        // The producer sees the message as it will be delivered: its real topic and queue.
+        if let Some(t) = m.properties.get(keys::REAL_TOPIC) {
+            m.topic = t.to_string();
+        }
+        if let Some(q) = m
+            .properties
+            .get(keys::REAL_QUEUE_ID)
+            .and_then(|q| q.parse().ok())
+        {
+            m.queue_id = q;
+        }
+        let props = m.properties.encode();
+        let mut body = Vec::new();
+        if encode_record(&m, &props, m.store_timestamp, m.store_host, &mut body).is_err() {
+            return false;
+        }
+        seal_record(&mut body, half_offset, p.phys as i64);
+        let offset_id = offset_msg_id(self.store_host(), p.phys as i64);
+        let uniq = m
+            .properties
+            .get(keys::UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
+            .unwrap_or_default()
+            .to_string();
+        let request = RemotingCommand::request(rc::CHECK_TRANSACTION_STATE, Default::default())
+            .with_ext("tranStateTableOffset", half_offset)
+            .with_ext("commitLogOffset", p.phys)
+            .with_ext("msgId", &uniq)
+            .with_ext("transactionId", &uniq)
+            .with_ext("offsetMsgId", offset_id)
+            .with_body(body);
+        channel.conn.send_oneway(request)
+    }
+
+    /// Gives up on a half message checked too often: it goes to TRANS_CHECK_MAX_TIME_TOPIC.
+    fn discard_half(&self, half_offset: i64, phys: u64) -> Result<(), conveyor_store::StoreError> {
+        if let Some(record) = self.store.message_at(phys) {
+            if let Ok(mut m) = RecordView::parse(&record).and_then(|v| v.to_message()) {
+                self.topics
+                    .ensure(TRANS_CHECK_MAX_TIME_TOPIC, 1)
+                    .map_err(|e| conveyor_store::StoreError::InvalidConfig(e.to_string()))?;
+                m.topic = TRANS_CHECK_MAX_TIME_TOPIC.into();
+                m.queue_id = 0;
+                self.store.append(std::slice::from_ref(&m))?;
+            }
+        }
+        tracing::warn!(
+            half_offset,
+            "transaction checked too often without a decision: discarded"
+        );
+        self.record_decision(half_offset)
+    }
+
+    /// Runs the check loop until `shutdown`.
+    pub async fn run_transaction_checks(self: Arc<Self>, shutdown: CancellationToken) {
+        let tick = Duration::from_millis(self.config.transaction_timeout_ms.clamp(100, 1000));
+        loop {
+            self.scan_transactions();
+            self.check_transactions();
+            if let Err(e) = self.transactions.persist() {
+                tracing::error!(error = %e, "persisting transaction progress failed");
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(tick) => {}
+                _ = shutdown.cancelled() => return,
+            }
+        }
+    }
+}
