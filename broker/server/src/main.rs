@@ -6,6 +6,8 @@ use clap::{Parser, Subcommand};
 use conveyor::app::{self, Role};
 use conveyor::settings::{self, ServerArgs};
 
+mod tools;
+
 #[derive(Parser)]
 #[command(
     name = "conveyor",
@@ -25,6 +27,12 @@ enum Command {
     Namesrv(ServerArgs),
     /// A broker.
     Broker(ServerArgs),
+    /// Load generators against a running cluster.
+    #[command(subcommand)]
+    Bench(tools::BenchCommand),
+    /// Topics, groups and cluster information.
+    #[command(subcommand)]
+    Admin(tools::AdminCommand),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -44,6 +52,8 @@ fn main() -> anyhow::Result<()> {
             Command::Standalone(a) => (Role::Standalone, a),
             Command::Namesrv(a) => (Role::NameServer, a),
             Command::Broker(a) => (Role::Broker, a),
+            Command::Bench(cmd) => return tools::bench(cmd).await,
+            Command::Admin(cmd) => return tools::admin(cmd).await,
         };
         let config = settings::build(role, &args)?;
         let running = app::start(config).await?;

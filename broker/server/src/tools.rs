@@ -1,0 +1,205 @@
+//! `conveyor bench` and `conveyor admin`: load generators and operator commands, built on the
+//! `conveyor-client` crate (binary only).
+
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::{Args, Subcommand};
+use conveyor_client::admin::{Admin, TopicSpec};
+use conveyor_client::bench::{self, ConsumeConfig, Limit, LongPollConfig, ProduceConfig, Stats};
+
+/// Common connection flags.
+#[derive(Debug, Clone, Args)]
+pub struct Target {
+    /// Name servers, `host:port;host:port`.
+    #[arg(long, env = "CONVEYOR_NAMESRV_ADDR", default_value = "127.0.0.1:9876")]
+    pub namesrv_addr: String,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum BenchCommand {
+    /// Send messages as fast as the settings allow.
+    Produce {
+        #[command(flatten)]
+        target: Target,
+        #[arg(long, default_value = "BenchTopic")]
+        topic: String,
+        /// Body size in bytes.
+        #[arg(long, default_value_t = 1024)]
+        size: usize,
+        /// Producers (one connection each).
+        #[arg(long, default_value_t = 4)]
+        producers: usize,
+        /// Concurrent sends per producer.
+        #[arg(long, default_value_t = 32)]
+        in_flight: usize,
+        /// Run time in seconds (ignored with --count).
+        #[arg(long, default_value_t = 10)]
+        duration: u64,
+        /// Number of messages instead of a duration.
+        #[arg(long)]
+        count: Option<u64>,
+    },
+    /// Drain a topic from the beginning (catch-up read).
+    Consume {
+        #[command(flatten)]
+        target: Target,
+        #[arg(long, default_value = "BenchTopic")]
+        topic: String,
+        /// Consumers (queues are spread over them).
+        #[arg(long, default_value_t = 4)]
+        consumers: usize,
+        /// Messages per pull.
+        #[arg(long, default_value_t = 256)]
+        batch: i32,
+    },
+    /// Time from a send to the return of an idle consumer's long poll.
+    LongPoll {
+        #[command(flatten)]
+        target: Target,
+        #[arg(long, default_value = "BenchLongPoll")]
+        topic: String,
+        #[arg(long, default_value_t = 20)]
+        trials: usize,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum AdminCommand {
+    /// Brokers per cluster.
+    Cluster {
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Topics with their queues' min/max offsets.
+    Topics {
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Create or update a topic on every master of a cluster.
+    CreateTopic {
+        #[command(flatten)]
+        target: Target,
+        #[arg(long)]
+        topic: String,
+        #[arg(long, default_value_t = 8)]
+        queues: i32,
+        #[arg(long, default_value = "DefaultCluster")]
+        cluster: String,
+    },
+    /// A consumer group's backlog per queue of a topic.
+    Group {
+        #[command(flatten)]
+        target: Target,
+        #[arg(long)]
+        group: String,
+        #[arg(long)]
+        topic: String,
+    },
+}
+
+fn print_stats(what: &str, s: &Stats) {
+    println!(
+        "{what}: {} msgs in {:.2} s = {:.0} msgs/s, {:.1} MB/s; latency p50 {:.3} ms, p99 {:.3} ms, p999 {:.3} ms; errors {}{}",
+        s.msgs,
+        s.elapsed.as_secs_f64(),
+        s.msgs_per_sec(),
+        s.bytes as f64 / s.elapsed.as_secs_f64().max(1e-9) / 1e6,
+        s.p50().as_secs_f64() * 1e3,
+        s.p99().as_secs_f64() * 1e3,
+        s.p999().as_secs_f64() * 1e3,
+        s.errors,
+        s.first_error.as_ref().map(|e| format!(" (first: {e})")).unwrap_or_default()
+    );
+}
+
+pub async fn bench(cmd: BenchCommand) -> anyhow::Result<()> {
+    match cmd {
+        BenchCommand::Produce { target, topic, size, producers, in_flight, duration, count } => {
+            let mut c = ProduceConfig::new(target.namesrv_addr, topic);
+            c.message_size = size;
+            c.producers = producers;
+            c.in_flight = in_flight;
+            c.limit = match count {
+                Some(n) => Limit::Count(n),
+                None => Limit::Duration(Duration::from_secs(duration)),
+            };
+            let s = bench::produce(&c).await.context("produce benchmark")?;
+            print_stats("produce", &s);
+        }
+        BenchCommand::Consume { target, topic, consumers, batch } => {
+            let mut c = ConsumeConfig::new(target.namesrv_addr, topic);
+            c.consumers = consumers;
+            c.batch = batch;
+            let s = bench::consume(&c).await.context("consume benchmark")?;
+            print_stats("consume", &s);
+        }
+        BenchCommand::LongPoll { target, topic, trials } => {
+            let mut c = LongPollConfig::new(target.namesrv_addr, topic);
+            c.trials = trials;
+            let s = bench::long_poll_latency(&c).await.context("long-poll benchmark")?;
+            println!(
+                "long poll wake-up over {} trials: min {:.2} ms, median {:.2} ms, max {:.2} ms",
+                s.samples.len(),
+                s.min.as_secs_f64() * 1e3,
+                s.median.as_secs_f64() * 1e3,
+                s.max.as_secs_f64() * 1e3
+            );
+        }
+    }
+    Ok(())
+}
+
+pub async fn admin(cmd: AdminCommand) -> anyhow::Result<()> {
+    match cmd {
+        AdminCommand::Cluster { target } => {
+            let admin = Admin::new(&target.namesrv_addr)?;
+            let info = admin.cluster_info().await?;
+            println!("{:<20} {:<20} {:<6} address", "cluster", "broker", "id");
+            for (cluster, names) in &info.cluster_addr_table {
+                for name in names {
+                    if let Some(b) = info.broker_addr_table.get(name) {
+                        for (id, addr) in &b.broker_addrs {
+                            println!("{cluster:<20} {name:<20} {id:<6} {addr}");
+                        }
+                    }
+                }
+            }
+        }
+        AdminCommand::Topics { target } => {
+            let admin = Admin::new(&target.namesrv_addr)?;
+            println!("{:<40} {:<12} {:<6} {:>12} {:>12}", "topic", "broker", "queue", "min", "max");
+            for topic in admin.topic_list().await? {
+                let Ok(status) = admin.topic_status(&topic).await else { continue };
+                for q in status {
+                    println!(
+                        "{topic:<40} {:<12} {:<6} {:>12} {:>12}",
+                        q.queue.broker_name, q.queue.queue_id, q.min_offset, q.max_offset
+                    );
+                }
+            }
+        }
+        AdminCommand::CreateTopic { target, topic, queues, cluster } => {
+            let admin = Admin::new(&target.namesrv_addr)?;
+            let brokers = admin.create_topic(&cluster, &TopicSpec::new(&topic, queues)).await?;
+            println!("created {topic} with {queues} queues on {}", brokers.join(", "));
+        }
+        AdminCommand::Group { target, group, topic } => {
+            let admin = Admin::new(&target.namesrv_addr)?;
+            let p = admin.consumer_progress(&group, &topic).await?;
+            println!("{:<12} {:<6} {:>14} {:>14} {:>10}", "broker", "queue", "broker offset", "group offset", "backlog");
+            for q in &p.queues {
+                println!(
+                    "{:<12} {:<6} {:>14} {:>14} {:>10}",
+                    q.queue.broker_name,
+                    q.queue.queue_id,
+                    q.broker_offset,
+                    q.consumer_offset.map_or("-".into(), |o| o.to_string()),
+                    q.diff
+                );
+            }
+            println!("total backlog of {group} on {topic}: {}", p.total_diff);
+        }
+    }
+    Ok(())
+}
