@@ -147,6 +147,6 @@ pub(crate) fn run(inner: &Inner) {
         if inner.shutdown.load(Ordering::Acquire) {
             return;
         }
-        std::thread::park_timeout(Duration::from_millis(10));
+        std::thread::park_timeout(Duration::from_millis(1));
     }
 }
