@@ -28,84 +28,99 @@ impl HealthState {
         self.broker.as_ref().is_none_or(|b| b.is_registered())
     }
 
+    /// Prometheus exposition, built at scrape time from the broker's counters and the
+    /// store's positions (a fresh registry per scrape keeps the broker free of metric state).
     fn metrics(&self) -> String {
+        use prometheus::{Encoder, IntCounter, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder};
         let Some(b) = &self.broker else {
             return String::new();
         };
-        let mut out = String::new();
-        let mut metric = |name: &str, kind: &str, help: &str, value: String| {
-            out.push_str(&format!(
-                "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}\n"
-            ));
+        let registry = Registry::new();
+        let counter = |name: &str, help: &str, v: u64| {
+            if let Ok(c) = IntCounter::new(name, help) {
+                c.inc_by(v);
+                let _ = registry.register(Box::new(c));
+            }
         };
         let s = &b.stats;
-        metric(
+        counter(
             "conveyor_messages_in_total",
-            "counter",
             "Messages stored.",
-            s.messages_in.load(Ordering::Relaxed).to_string(),
+            s.messages_in.load(Ordering::Relaxed),
         );
-        metric(
+        counter(
             "conveyor_bytes_in_total",
-            "counter",
             "Bytes of records stored.",
-            s.bytes_in.load(Ordering::Relaxed).to_string(),
+            s.bytes_in.load(Ordering::Relaxed),
         );
-        metric(
+        counter(
             "conveyor_messages_out_total",
-            "counter",
             "Messages delivered to consumers.",
-            s.messages_out.load(Ordering::Relaxed).to_string(),
+            s.messages_out.load(Ordering::Relaxed),
         );
-        metric(
+        counter(
             "conveyor_bytes_out_total",
-            "counter",
             "Bytes of records delivered.",
-            s.bytes_out.load(Ordering::Relaxed).to_string(),
+            s.bytes_out.load(Ordering::Relaxed),
         );
-        metric(
-            "conveyor_commitlog_max_offset",
-            "gauge",
-            "End of the commit log.",
-            b.store.commit_log_max_offset().to_string(),
-        );
-        metric(
-            "conveyor_commitlog_min_offset",
-            "gauge",
-            "Start of the commit log.",
-            b.store.commit_log_min_offset().to_string(),
-        );
-        metric(
-            "conveyor_commitlog_unflushed_bytes",
-            "gauge",
-            "Bytes written but not yet durable.",
-            (b.store.commit_log_max_offset() - b.store.commit_log_flushed_offset()).to_string(),
-        );
-        let disk = conveyor_store::disk_usage(&b.store.config().root).unwrap_or(0.0);
-        metric(
-            "conveyor_disk_used_ratio",
-            "gauge",
-            "Used fraction of the store's filesystem.",
-            format!("{disk:.4}"),
-        );
-        metric(
-            "conveyor_registered",
-            "gauge",
-            "1 when registered with a name server.",
-            u8::from(b.is_registered()).to_string(),
-        );
-        // Backlog per (group, topic, queue) for autoscaling.
-        out.push_str("# HELP conveyor_consumer_lag_messages Messages not yet consumed by a group.\n# TYPE conveyor_consumer_lag_messages gauge\n");
-        for g in b.groups.all() {
-            for (topic, queue, offset) in b.offsets.offsets_of_group(&g.group_name) {
-                let lag = (b.store.max_offset(&topic, queue) - offset).max(0);
-                out.push_str(&format!(
-                    "conveyor_consumer_lag_messages{{group=\"{}\",topic=\"{topic}\",queue=\"{queue}\"}} {lag}\n",
-                    g.group_name
-                ));
+        let gauge = |name: &str, help: &str, v: i64| {
+            if let Ok(g) = IntGauge::new(name, help) {
+                g.set(v);
+                let _ = registry.register(Box::new(g));
             }
+        };
+        let max = b.store.commit_log_max_offset() as i64;
+        gauge(
+            "conveyor_commitlog_max_offset",
+            "End of the commit log.",
+            max,
+        );
+        gauge(
+            "conveyor_commitlog_min_offset",
+            "Start of the commit log.",
+            b.store.commit_log_min_offset() as i64,
+        );
+        gauge(
+            "conveyor_commitlog_unflushed_bytes",
+            "Bytes written but not yet durable.",
+            max - b.store.commit_log_flushed_offset() as i64,
+        );
+        gauge(
+            "conveyor_registered",
+            "1 when registered with a name server.",
+            i64::from(b.is_registered()),
+        );
+        if let Ok(g) = prometheus::Gauge::new(
+            "conveyor_disk_used_ratio",
+            "Used fraction of the store's filesystem.",
+        ) {
+            g.set(conveyor_store::disk_usage(&b.store.config().root).unwrap_or(0.0));
+            let _ = registry.register(Box::new(g));
         }
-        out
+        // Backlog per (group, topic, queue): what the operator's autoscaler reads.
+        if let Ok(lag) = IntGaugeVec::new(
+            Opts::new(
+                "conveyor_consumer_lag_messages",
+                "Messages not yet consumed by a group.",
+            ),
+            &["group", "topic", "queue"],
+        ) {
+            for g in b.groups.all() {
+                for (topic, queue, offset) in b.offsets.offsets_of_group(&g.group_name) {
+                    let backlog = (b.store.max_offset(&topic, queue) - offset).max(0);
+                    lag.with_label_values(&[
+                        g.group_name.as_str(),
+                        topic.as_str(),
+                        queue.to_string().as_str(),
+                    ])
+                    .set(backlog);
+                }
+            }
+            let _ = registry.register(Box::new(lag));
+        }
+        let mut out = Vec::new();
+        let _ = TextEncoder::new().encode(&registry.gather(), &mut out);
+        String::from_utf8(out).unwrap_or_default()
     }
 
     fn answer(&self, path: &str) -> (StatusCode, String) {
