@@ -12,7 +12,6 @@
 
 use bytes::{BufMut, Bytes, BytesMut};
 use serde::Serialize;
-use serde_json::Value;
 
 use crate::code::{LanguageCode, SerializeType};
 use crate::command::{ExtFields, RemotingCommand};
@@ -307,107 +306,226 @@ pub fn encode_json_header(cmd: &RemotingCommand) -> Result<Vec<u8>, FrameError> 
 /// `language` as a name or a number, integers also as strings, `extFields` values as
 /// strings, numbers or booleans (normalised to strings; `null` values dropped), empty
 /// `remark` treated as absent.
+///
+/// The header is parsed in one streaming pass straight into the command (no intermediate
+/// JSON tree): this runs once per request on the broker's hot path.
 pub fn decode_json_header(header: &[u8]) -> Result<RemotingCommand, FrameError> {
-    let value: Value =
-        serde_json::from_slice(header).map_err(|e| FrameError::Json(e.to_string()))?;
-    let Value::Object(map) = value else {
-        return Err(FrameError::Json("header is not a JSON object".to_string()));
-    };
-    let code = match map.get("code") {
-        None | Some(Value::Null) => return Err(FrameError::MissingField("code")),
-        Some(v) => json_i32("code", v)?,
-    };
-    let opt_i32 = |field: &'static str| -> Result<i32, FrameError> {
-        match map.get(field) {
-            None | Some(Value::Null) => Ok(0),
-            Some(v) => json_i32(field, v),
-        }
-    };
-    let language = match map.get("language") {
-        None | Some(Value::Null) => LanguageCode::Java,
-        Some(Value::String(s)) => LanguageCode::from_name(s),
-        Some(Value::Number(n)) => n
-            .as_u64()
-            .and_then(|b| u8::try_from(b).ok())
-            .map_or(LanguageCode::Other, LanguageCode::from_byte),
-        Some(other) => {
-            return Err(FrameError::InvalidField {
-                field: "language",
-                reason: format!("expected a name, got {}", json_kind(other)),
-            })
-        }
-    };
-    let remark = match map.get("remark") {
-        None | Some(Value::Null) => None,
-        Some(Value::String(s)) if s.is_empty() => None,
-        Some(Value::String(s)) => Some(s.clone()),
-        Some(other) => {
-            return Err(FrameError::InvalidField {
-                field: "remark",
-                reason: format!("expected a string, got {}", json_kind(other)),
-            })
-        }
-    };
-    let mut ext_fields = ExtFields::new();
-    match map.get("extFields") {
-        None | Some(Value::Null) => {}
-        Some(Value::Object(fields)) => {
-            for (k, v) in fields {
-                let s = match v {
-                    Value::Null => continue,
-                    Value::String(s) => s.clone(),
-                    Value::Number(n) => n.to_string(),
-                    Value::Bool(b) => b.to_string(),
-                    other => {
-                        return Err(FrameError::InvalidField {
-                            field: "extFields",
-                            reason: format!("value of `{k}` is {}", json_kind(other)),
-                        })
-                    }
-                };
-                ext_fields.insert(k.clone(), s);
-            }
-        }
-        Some(other) => {
-            return Err(FrameError::InvalidField {
-                field: "extFields",
-                reason: format!("expected an object, got {}", json_kind(other)),
-            })
-        }
-    }
+    let mut de = serde_json::Deserializer::from_slice(header);
+    let field = std::cell::Cell::new(None);
+    let parsed = serde::Deserializer::deserialize_map(&mut de, lenient::HeaderVisitor(&field))
+        .map_err(|e| match (e.classify(), field.get()) {
+            // A well-formed value of the wrong kind: name the field.
+            (serde_json::error::Category::Data, Some(field)) => FrameError::InvalidField {
+                field,
+                reason: e.to_string(),
+            },
+            _ => FrameError::Json(e.to_string()),
+        })?;
+    de.end().map_err(|e| FrameError::Json(e.to_string()))?;
+    let code = parsed.code.ok_or(FrameError::MissingField("code"))?;
     Ok(RemotingCommand {
         code,
-        language,
-        version: opt_i32("version")?,
-        opaque: opt_i32("opaque")?,
-        flag: opt_i32("flag")?,
-        remark,
-        ext_fields,
+        language: parsed.language.unwrap_or(LanguageCode::Java),
+        version: parsed.version.unwrap_or(0),
+        opaque: parsed.opaque.unwrap_or(0),
+        flag: parsed.flag.unwrap_or(0),
+        remark: parsed.remark.filter(|r| !r.is_empty()),
+        ext_fields: parsed.ext_fields,
         serialize_type: SerializeType::Json,
         body: Bytes::new(),
     })
 }
 
-fn json_i32(field: &'static str, v: &Value) -> Result<i32, FrameError> {
-    let parsed = match v {
-        Value::Number(n) => n.as_i64().and_then(|i| i32::try_from(i).ok()),
-        Value::String(s) => s.trim().parse::<i32>().ok(),
-        _ => None,
-    };
-    parsed.ok_or_else(|| FrameError::InvalidField {
-        field,
-        reason: format!("expected a 32-bit integer, got {v}"),
-    })
-}
+/// Serde visitors that accept what the various clients write.
+mod lenient {
+    use std::fmt;
 
-fn json_kind(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
+    use serde::de::{self, Deserializer, IgnoredAny, MapAccess, Visitor};
+
+    use crate::code::LanguageCode;
+    use crate::command::ExtFields;
+
+    #[derive(Default)]
+    pub(super) struct Parsed {
+        pub code: Option<i32>,
+        pub language: Option<LanguageCode>,
+        pub version: Option<i32>,
+        pub opaque: Option<i32>,
+        pub flag: Option<i32>,
+        pub remark: Option<String>,
+        pub ext_fields: ExtFields,
+    }
+
+    /// Records the field being parsed, so a type error can name it.
+    pub(super) struct HeaderVisitor<'c>(pub &'c std::cell::Cell<Option<&'static str>>);
+
+    impl<'de> Visitor<'de> for HeaderVisitor<'_> {
+        type Value = Parsed;
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("a JSON object header")
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Parsed, A::Error> {
+            let mut p = Parsed::default();
+            while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+                let field = match key.as_ref() {
+                    "code" => "code",
+                    "version" => "version",
+                    "opaque" => "opaque",
+                    "flag" => "flag",
+                    "language" => "language",
+                    "remark" => "remark",
+                    "extFields" => "extFields",
+                    _ => "",
+                };
+                self.0.set((!field.is_empty()).then_some(field));
+                match field {
+                    "code" => p.code = map.next_value::<Int32>()?.0,
+                    "version" => p.version = map.next_value::<Int32>()?.0,
+                    "opaque" => p.opaque = map.next_value::<Int32>()?.0,
+                    "flag" => p.flag = map.next_value::<Int32>()?.0,
+                    "language" => p.language = map.next_value::<Language>()?.0,
+                    "remark" => p.remark = map.next_value::<Option<String>>()?,
+                    "extFields" => p.ext_fields = map.next_value::<Ext>()?.0,
+                    _ => {
+                        map.next_value::<IgnoredAny>()?;
+                    }
+                }
+                self.0.set(None);
+            }
+            Ok(p)
+        }
+    }
+
+    /// An int32 written as a number or a string; `null` is absent.
+    struct Int32(Option<i32>);
+
+    impl<'de> de::Deserialize<'de> for Int32 {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            struct V;
+            impl<'de> Visitor<'de> for V {
+                type Value = Int32;
+                fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                    f.write_str("a 32-bit integer")
+                }
+                fn visit_i64<E: de::Error>(self, v: i64) -> Result<Int32, E> {
+                    i32::try_from(v)
+                        .map(|v| Int32(Some(v)))
+                        .map_err(|_| E::custom(format!("{v} is not a 32-bit integer")))
+                }
+                fn visit_u64<E: de::Error>(self, v: u64) -> Result<Int32, E> {
+                    i32::try_from(v)
+                        .map(|v| Int32(Some(v)))
+                        .map_err(|_| E::custom(format!("{v} is not a 32-bit integer")))
+                }
+                fn visit_str<E: de::Error>(self, v: &str) -> Result<Int32, E> {
+                    v.trim()
+                        .parse()
+                        .map(|v| Int32(Some(v)))
+                        .map_err(|_| E::custom(format!("{v:?} is not a 32-bit integer")))
+                }
+                fn visit_unit<E: de::Error>(self) -> Result<Int32, E> {
+                    Ok(Int32(None))
+                }
+            }
+            d.deserialize_any(V)
+        }
+    }
+
+    /// The sender's language as a name or a code byte.
+    struct Language(Option<LanguageCode>);
+
+    impl<'de> de::Deserialize<'de> for Language {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            struct V;
+            impl<'de> Visitor<'de> for V {
+                type Value = Language;
+                fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                    f.write_str("a language name or code")
+                }
+                fn visit_str<E: de::Error>(self, v: &str) -> Result<Language, E> {
+                    Ok(Language(Some(LanguageCode::from_name(v))))
+                }
+                fn visit_u64<E: de::Error>(self, v: u64) -> Result<Language, E> {
+                    Ok(Language(Some(
+                        u8::try_from(v).map_or(LanguageCode::Other, LanguageCode::from_byte),
+                    )))
+                }
+                fn visit_i64<E: de::Error>(self, v: i64) -> Result<Language, E> {
+                    Ok(Language(Some(
+                        u8::try_from(v).map_or(LanguageCode::Other, LanguageCode::from_byte),
+                    )))
+                }
+                fn visit_unit<E: de::Error>(self) -> Result<Language, E> {
+                    Ok(Language(None))
+                }
+            }
+            d.deserialize_any(V)
+        }
+    }
+
+    /// `extFields`: values as strings, numbers or booleans, normalised to strings.
+    struct Ext(ExtFields);
+
+    impl<'de> de::Deserialize<'de> for Ext {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            struct V;
+            impl<'de> Visitor<'de> for V {
+                type Value = Ext;
+                fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                    f.write_str("an object of header fields")
+                }
+                fn visit_unit<E: de::Error>(self) -> Result<Ext, E> {
+                    Ok(Ext(ExtFields::new()))
+                }
+                fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Ext, A::Error> {
+                    let mut out = ExtFields::new();
+                    while let Some(k) = map.next_key::<String>()? {
+                        if let Some(v) = map.next_value::<Scalar>()?.0 {
+                            out.insert(k, v);
+                        }
+                    }
+                    Ok(Ext(out))
+                }
+            }
+            d.deserialize_any(V)
+        }
+    }
+
+    /// A scalar header value as a string; `null` is absent.
+    struct Scalar(Option<String>);
+
+    impl<'de> de::Deserialize<'de> for Scalar {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            struct V;
+            impl<'de> Visitor<'de> for V {
+                type Value = Scalar;
+                fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                    f.write_str("a string, number or boolean")
+                }
+                fn visit_str<E: de::Error>(self, v: &str) -> Result<Scalar, E> {
+                    Ok(Scalar(Some(v.to_string())))
+                }
+                fn visit_string<E: de::Error>(self, v: String) -> Result<Scalar, E> {
+                    Ok(Scalar(Some(v)))
+                }
+                fn visit_i64<E: de::Error>(self, v: i64) -> Result<Scalar, E> {
+                    Ok(Scalar(Some(v.to_string())))
+                }
+                fn visit_u64<E: de::Error>(self, v: u64) -> Result<Scalar, E> {
+                    Ok(Scalar(Some(v.to_string())))
+                }
+                fn visit_f64<E: de::Error>(self, v: f64) -> Result<Scalar, E> {
+                    Ok(Scalar(Some(v.to_string())))
+                }
+                fn visit_bool<E: de::Error>(self, v: bool) -> Result<Scalar, E> {
+                    Ok(Scalar(Some(v.to_string())))
+                }
+                fn visit_unit<E: de::Error>(self) -> Result<Scalar, E> {
+                    Ok(Scalar(None))
+                }
+            }
+            d.deserialize_any(V)
+        }
     }
 }
 
