@@ -1,0 +1,240 @@
+//! One broker group: a ConfigMap (one TOML file per pod), a headless Service, a StatefulSet with a
+//! volume claim template, and a PodDisruptionBudget.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::apps::v1::{
+    StatefulSet, StatefulSetPersistentVolumeClaimRetentionPolicy, StatefulSetSpec,
+};
+use k8s_openapi::api::core::v1::{
+    ConfigMap, ConfigMapVolumeSource, Container, ContainerPort, PersistentVolumeClaim,
+    PersistentVolumeClaimSpec, PodSpec, PodTemplateSpec, Service, ServicePort, ServiceSpec, Volume,
+    VolumeMount, VolumeResourceRequirements,
+};
+use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::ResourceExt;
+
+use crate::crd::MessageQueueCluster;
+
+use super::{
+    config::{render_broker_toml, ConfigError},
+    container_security, field_env, hash, http_probe, labels, names, namespace, owner_reference,
+    pod_security, selector_labels, Component, BROKER_PORT, CONFIG_DIR, CONFIG_HASH_ANNOTATION,
+    CONVEYOR_BIN, DATA_DIR, HTTP_PORT,
+};
+
+fn meta(mqc: &MessageQueueCluster, name: String, group: i32) -> ObjectMeta {
+    ObjectMeta {
+        name: Some(name),
+        namespace: Some(namespace(mqc)),
+        labels: Some(labels(mqc, Component::Broker, Some(group))),
+        owner_references: Some(vec![owner_reference(mqc)]),
+        ..Default::default()
+    }
+}
+
+/// The group's ConfigMap: key `<pod-name>.toml` for every ordinal.
+pub fn broker_config_map(mqc: &MessageQueueCluster, group: i32) -> Result<ConfigMap, ConfigError> {
+    let cluster = mqc.name_any();
+    let sts = names::broker_group(&cluster, group);
+    let mut data = BTreeMap::new();
+    for ordinal in 0..mqc.spec.broker.replicas_per_group.max(1) {
+        data.insert(
+            format!("{}.toml", names::pod(&sts, ordinal)),
+            render_broker_toml(mqc, group, ordinal)?,
+        );
+    }
+    Ok(ConfigMap {
+        metadata: meta(mqc, names::broker_config(&cluster, group), group),
+        data: Some(data),
+        ..Default::default()
+    })
+}
+
+/// Headless Service of a group (stable pod DNS names).
+pub fn broker_headless_service(mqc: &MessageQueueCluster, group: i32) -> Service {
+    Service {
+        metadata: meta(mqc, names::broker_group(&mqc.name_any(), group), group),
+        spec: Some(ServiceSpec {
+            cluster_ip: Some("None".into()),
+            publish_not_ready_addresses: Some(true),
+            selector: Some(selector_labels(mqc, Component::Broker, Some(group))),
+            ports: Some(vec![ServicePort {
+                name: Some("remoting".into()),
+                port: BROKER_PORT,
+                target_port: Some(IntOrString::String("remoting".into())),
+                protocol: Some("TCP".into()),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// A group's StatefulSet. `config` is the group's ConfigMap (its data goes into the pod
+/// template's config hash, so any configuration change rolls the pods).
+pub fn broker_statefulset(
+    mqc: &MessageQueueCluster,
+    group: i32,
+    config: &ConfigMap,
+) -> StatefulSet {
+    let cluster = mqc.name_any();
+    let spec = &mqc.spec;
+    let name = names::broker_group(&cluster, group);
+    // Each pod reads its own file; Kubernetes expands $(VAR) in args, so no shell is needed.
+    // The broker needs an IP for advertised-addr (it is also the records' STOREHOST).
+    let args = vec![
+        "broker".to_string(),
+        "--config".into(),
+        format!("{CONFIG_DIR}/$(POD_NAME).toml"),
+        "--advertised-addr".into(),
+        format!("$(POD_IP):{BROKER_PORT}"),
+    ];
+    let mut hashed: Vec<&str> = vec!["broker", "args"];
+    let joined = args.join(" ");
+    hashed.push(&joined);
+    if let Some(data) = &config.data {
+        for (k, v) in data {
+            hashed.push(k);
+            hashed.push(v);
+        }
+    }
+    let config_hash = hash(&hashed);
+    let container = Container {
+        name: "broker".into(),
+        image: Some(spec.image.clone()),
+        image_pull_policy: spec.image_pull_policy.map(|p| p.as_str().into()),
+        command: Some(vec![CONVEYOR_BIN.into()]),
+        args: Some(args),
+        env: Some(vec![
+            field_env("POD_NAME", "metadata.name"),
+            field_env("POD_IP", "status.podIP"),
+        ]),
+        ports: Some(vec![
+            ContainerPort {
+                name: Some("remoting".into()),
+                container_port: BROKER_PORT,
+                protocol: Some("TCP".into()),
+                ..Default::default()
+            },
+            ContainerPort {
+                name: Some("http".into()),
+                container_port: HTTP_PORT,
+                protocol: Some("TCP".into()),
+                ..Default::default()
+            },
+        ]),
+        readiness_probe: Some(http_probe("/readyz", 5, 3, 5)),
+        liveness_probe: Some(http_probe("/healthz", 10, 6, 30)),
+        resources: spec.broker.resources.clone(),
+        security_context: Some(container_security()),
+        volume_mounts: Some(vec![
+            VolumeMount {
+                name: "data".into(),
+                mount_path: DATA_DIR.into(),
+                ..Default::default()
+            },
+            VolumeMount {
+                name: "config".into(),
+                mount_path: CONFIG_DIR.into(),
+                read_only: Some(true),
+                ..Default::default()
+            },
+        ]),
+        ..Default::default()
+    };
+    let storage = &spec.broker.storage;
+    let claim = PersistentVolumeClaim {
+        metadata: ObjectMeta {
+            name: Some("data".into()),
+            labels: Some(selector_labels(mqc, Component::Broker, Some(group))),
+            ..Default::default()
+        },
+        spec: Some(PersistentVolumeClaimSpec {
+            access_modes: Some(vec!["ReadWriteOnce".into()]),
+            storage_class_name: storage.storage_class_name.clone(),
+            resources: Some(VolumeResourceRequirements {
+                requests: Some([("storage".to_string(), Quantity(storage.size.clone()))].into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let placement = &spec.placement;
+    StatefulSet {
+        metadata: meta(mqc, name.clone(), group),
+        spec: Some(StatefulSetSpec {
+            replicas: Some(spec.broker.replicas_per_group),
+            service_name: Some(name),
+            pod_management_policy: Some("Parallel".into()),
+            selector: LabelSelector {
+                match_labels: Some(selector_labels(mqc, Component::Broker, Some(group))),
+                ..Default::default()
+            },
+            persistent_volume_claim_retention_policy: Some(
+                StatefulSetPersistentVolumeClaimRetentionPolicy {
+                    when_deleted: Some("Retain".into()),
+                    when_scaled: Some("Retain".into()),
+                },
+            ),
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta {
+                    labels: Some(labels(mqc, Component::Broker, Some(group))),
+                    annotations: Some([(CONFIG_HASH_ANNOTATION.to_string(), config_hash)].into()),
+                    ..Default::default()
+                }),
+                spec: Some(PodSpec {
+                    containers: vec![container],
+                    volumes: Some(vec![Volume {
+                        name: "config".into(),
+                        config_map: Some(ConfigMapVolumeSource {
+                            name: names::broker_config(&cluster, group),
+                            ..Default::default()
+                        }),
+                        ..Default::default()
+                    }]),
+                    image_pull_secrets: (!spec.image_pull_secrets.is_empty())
+                        .then(|| spec.image_pull_secrets.clone()),
+                    security_context: Some(pod_security()),
+                    automount_service_account_token: Some(false),
+                    affinity: placement.affinity.clone(),
+                    tolerations: (!placement.tolerations.is_empty())
+                        .then(|| placement.tolerations.clone()),
+                    topology_spread_constraints: (!placement
+                        .topology_spread_constraints
+                        .is_empty())
+                    .then(|| placement.topology_spread_constraints.clone()),
+                    node_selector: (!placement.node_selector.is_empty())
+                        .then(|| placement.node_selector.clone()),
+                    // Room for a graceful stop: finish requests, persist offsets, flush.
+                    termination_grace_period_seconds: Some(60),
+                    ..Default::default()
+                }),
+            },
+            volume_claim_templates: Some(vec![claim]),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// At most one pod of a group down by voluntary disruption.
+pub fn broker_pdb(mqc: &MessageQueueCluster, group: i32) -> PodDisruptionBudget {
+    PodDisruptionBudget {
+        metadata: meta(mqc, names::broker_group(&mqc.name_any(), group), group),
+        spec: Some(PodDisruptionBudgetSpec {
+            max_unavailable: Some(IntOrString::Int(1)),
+            selector: Some(LabelSelector {
+                match_labels: Some(selector_labels(mqc, Component::Broker, Some(group))),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}

@@ -1,0 +1,194 @@
+//! Name servers: a headless Service (stable per-pod DNS names, which brokers register with), a
+//! client Service, a StatefulSet and a PodDisruptionBudget.
+
+use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetSpec};
+use k8s_openapi::api::core::v1::{
+    Container, ContainerPort, PodSpec, PodTemplateSpec, Service, ServicePort, ServiceSpec,
+};
+use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::ResourceExt;
+
+use crate::crd::MessageQueueCluster;
+
+use super::{
+    container_security, field_env, hash, http_probe, labels, names, namespace, owner_reference,
+    pod_security, selector_labels, Component, CONFIG_HASH_ANNOTATION, CONVEYOR_BIN, HTTP_PORT,
+    NAMESRV_PORT,
+};
+
+fn meta(mqc: &MessageQueueCluster, name: String) -> ObjectMeta {
+    ObjectMeta {
+        name: Some(name),
+        namespace: Some(namespace(mqc)),
+        labels: Some(labels(mqc, Component::NameServer, None)),
+        owner_references: Some(vec![owner_reference(mqc)]),
+        ..Default::default()
+    }
+}
+
+/// The name servers as RocketMQ clients and brokers list them: `host:port;host:port`, one stable
+/// DNS name per pod (never a pod IP).
+pub fn name_server_addresses(mqc: &MessageQueueCluster) -> String {
+    let cluster = mqc.name_any();
+    let sts = names::name_server(&cluster);
+    let headless = names::name_server_headless(&cluster);
+    let ns = namespace(mqc);
+    (0..mqc.spec.name_server.replicas.max(1))
+        .map(|i| format!("{}.{headless}.{ns}.svc:{NAMESRV_PORT}", names::pod(&sts, i)))
+        .collect::<Vec<_>>()
+        .join(";")
+}
+
+/// The client Service's address.
+pub fn name_server_service_address(mqc: &MessageQueueCluster) -> String {
+    format!(
+        "{}.{}.svc:{NAMESRV_PORT}",
+        names::name_server(&mqc.name_any()),
+        namespace(mqc)
+    )
+}
+
+fn ports() -> Vec<ServicePort> {
+    vec![ServicePort {
+        name: Some("remoting".into()),
+        port: NAMESRV_PORT,
+        target_port: Some(IntOrString::String("remoting".into())),
+        protocol: Some("TCP".into()),
+        ..Default::default()
+    }]
+}
+
+/// Headless Service of the name-server StatefulSet. Addresses are published before readiness so
+/// brokers can resolve a starting name server.
+pub fn name_server_headless_service(mqc: &MessageQueueCluster) -> Service {
+    Service {
+        metadata: meta(mqc, names::name_server_headless(&mqc.name_any())),
+        spec: Some(ServiceSpec {
+            cluster_ip: Some("None".into()),
+            publish_not_ready_addresses: Some(true),
+            selector: Some(selector_labels(mqc, Component::NameServer, None)),
+            ports: Some(ports()),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// Client Service of the name servers (type and annotations from `spec.service`).
+pub fn name_server_client_service(mqc: &MessageQueueCluster) -> Service {
+    let mut metadata = meta(mqc, names::name_server(&mqc.name_any()));
+    if !mqc.spec.service.annotations.is_empty() {
+        metadata.annotations = Some(mqc.spec.service.annotations.clone());
+    }
+    Service {
+        metadata,
+        spec: Some(ServiceSpec {
+            type_: Some(mqc.spec.service.type_.as_str().into()),
+            selector: Some(selector_labels(mqc, Component::NameServer, None)),
+            ports: Some(ports()),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// The name-server StatefulSet.
+pub fn name_server_statefulset(mqc: &MessageQueueCluster) -> StatefulSet {
+    let cluster = mqc.name_any();
+    let spec = &mqc.spec;
+    let args = vec![
+        "namesrv".to_string(),
+        "--listen".into(),
+        format!("0.0.0.0:{NAMESRV_PORT}"),
+        "--http-listen".into(),
+        format!("0.0.0.0:{HTTP_PORT}"),
+    ];
+    let container = Container {
+        name: "namesrv".into(),
+        image: Some(spec.image.clone()),
+        image_pull_policy: spec.image_pull_policy.map(|p| p.as_str().into()),
+        command: Some(vec![CONVEYOR_BIN.into()]),
+        args: Some(args.clone()),
+        env: Some(vec![field_env("POD_NAME", "metadata.name")]),
+        ports: Some(vec![
+            ContainerPort {
+                name: Some("remoting".into()),
+                container_port: NAMESRV_PORT,
+                protocol: Some("TCP".into()),
+                ..Default::default()
+            },
+            ContainerPort {
+                name: Some("http".into()),
+                container_port: HTTP_PORT,
+                protocol: Some("TCP".into()),
+                ..Default::default()
+            },
+        ]),
+        readiness_probe: Some(http_probe("/readyz", 5, 3, 2)),
+        liveness_probe: Some(http_probe("/healthz", 10, 6, 10)),
+        resources: spec.name_server.resources.clone(),
+        security_context: Some(container_security()),
+        ..Default::default()
+    };
+    let config_hash = hash(&["namesrv", &args.join(" ")]);
+    let placement = &spec.placement;
+    let mut template_labels = labels(mqc, Component::NameServer, None);
+    template_labels.extend(selector_labels(mqc, Component::NameServer, None));
+    StatefulSet {
+        metadata: meta(mqc, names::name_server(&cluster)),
+        spec: Some(StatefulSetSpec {
+            replicas: Some(spec.name_server.replicas),
+            service_name: Some(names::name_server_headless(&cluster)),
+            pod_management_policy: Some("Parallel".into()),
+            selector: LabelSelector {
+                match_labels: Some(selector_labels(mqc, Component::NameServer, None)),
+                ..Default::default()
+            },
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta {
+                    labels: Some(template_labels),
+                    annotations: Some([(CONFIG_HASH_ANNOTATION.to_string(), config_hash)].into()),
+                    ..Default::default()
+                }),
+                spec: Some(PodSpec {
+                    containers: vec![container],
+                    image_pull_secrets: (!spec.image_pull_secrets.is_empty())
+                        .then(|| spec.image_pull_secrets.clone()),
+                    security_context: Some(pod_security()),
+                    automount_service_account_token: Some(false),
+                    affinity: placement.affinity.clone(),
+                    tolerations: (!placement.tolerations.is_empty())
+                        .then(|| placement.tolerations.clone()),
+                    topology_spread_constraints: (!placement
+                        .topology_spread_constraints
+                        .is_empty())
+                    .then(|| placement.topology_spread_constraints.clone()),
+                    node_selector: (!placement.node_selector.is_empty())
+                        .then(|| placement.node_selector.clone()),
+                    termination_grace_period_seconds: Some(30),
+                    ..Default::default()
+                }),
+            },
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// At most one name server down by voluntary disruption.
+pub fn name_server_pdb(mqc: &MessageQueueCluster) -> PodDisruptionBudget {
+    PodDisruptionBudget {
+        metadata: meta(mqc, names::name_server(&mqc.name_any())),
+        spec: Some(PodDisruptionBudgetSpec {
+            max_unavailable: Some(IntOrString::Int(1)),
+            selector: Some(LabelSelector {
+                match_labels: Some(selector_labels(mqc, Component::NameServer, None)),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}

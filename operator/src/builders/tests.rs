@@ -1,0 +1,432 @@
+//! Unit tests of the pure builders.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{
+    Affinity, NodeAffinity, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm,
+    ResourceRequirements, Toleration, TopologySpreadConstraint,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+
+use super::*;
+use crate::crd::{
+    BrokerSpec, FlushMode, MessageQueueCluster, MessageQueueClusterSpec, NameServerSpec, Placement,
+    ReplicationMode, ServiceExposure, ServiceType, StorageSpec,
+};
+
+pub(crate) fn cluster(groups: i32, replicas: i32) -> MessageQueueCluster {
+    let mut mqc = MessageQueueCluster::new(
+        "orders",
+        MessageQueueClusterSpec {
+            image: "localhost/conveyor:dev".into(),
+            image_pull_policy: None,
+            image_pull_secrets: vec![],
+            name_server: NameServerSpec::default(),
+            broker: BrokerSpec {
+                groups,
+                replicas_per_group: replicas,
+                storage: StorageSpec {
+                    size: "10Gi".into(),
+                    storage_class_name: Some("fast".into()),
+                },
+                flush_mode: FlushMode::Async,
+                replication_mode: ReplicationMode::Async,
+                resources: None,
+                config: BTreeMap::new(),
+            },
+            placement: Placement::default(),
+            service: ServiceExposure::default(),
+        },
+    );
+    mqc.metadata.namespace = Some("mq".into());
+    mqc.metadata.uid = Some("0b1c-uid".into());
+    mqc.metadata.generation = Some(1);
+    mqc
+}
+
+fn parse(toml_text: &str) -> toml::Table {
+    toml::from_str(toml_text).expect("rendered config is valid TOML")
+}
+
+fn pod_config(mqc: &MessageQueueCluster, group: i32, ordinal: i32) -> toml::Table {
+    let cm = broker_config_map(mqc, group).unwrap();
+    let key = format!("orders-broker-{group}-{ordinal}.toml");
+    parse(&cm.data.unwrap()[&key])
+}
+
+#[test]
+fn flush_mode_reaches_the_broker_config() {
+    let mut mqc = cluster(1, 1);
+    assert_eq!(
+        pod_config(&mqc, 0, 0)["store"]["flush-mode"].as_str(),
+        Some("async")
+    );
+    mqc.spec.broker.flush_mode = FlushMode::Sync;
+    assert_eq!(
+        pod_config(&mqc, 0, 0)["store"]["flush-mode"].as_str(),
+        Some("sync")
+    );
+}
+
+#[test]
+fn replication_mode_reaches_the_master_role() {
+    let mut mqc = cluster(1, 2);
+    assert_eq!(
+        pod_config(&mqc, 0, 0)["broker"]["broker-role"].as_str(),
+        Some("ASYNC_MASTER")
+    );
+    mqc.spec.broker.replication_mode = ReplicationMode::Sync;
+    assert_eq!(
+        pod_config(&mqc, 0, 0)["broker"]["broker-role"].as_str(),
+        Some("SYNC_MASTER")
+    );
+    assert_eq!(
+        pod_config(&mqc, 0, 1)["broker"]["broker-role"].as_str(),
+        Some("SLAVE")
+    );
+}
+
+#[test]
+fn ordinals_map_to_broker_ids_and_roles() {
+    let mqc = cluster(2, 3);
+    for group in 0..2 {
+        let cm = broker_config_map(&mqc, group).unwrap();
+        assert_eq!(cm.data.as_ref().unwrap().len(), 3, "one file per pod");
+        for ordinal in 0..3 {
+            let c = pod_config(&mqc, group, ordinal);
+            assert_eq!(c["broker"]["broker-id"].as_integer(), Some(ordinal as i64));
+            assert_eq!(
+                c["broker"]["broker-name"].as_str(),
+                Some(format!("orders-broker-{group}").as_str())
+            );
+            assert_eq!(c["broker"]["cluster-name"].as_str(), Some("orders"));
+            let role = c["broker"]["broker-role"].as_str().unwrap();
+            assert_eq!(role == "SLAVE", ordinal != 0, "ordinal {ordinal}: {role}");
+        }
+    }
+    assert_eq!(
+        BrokerRole::for_ordinal(0, ReplicationMode::Async),
+        BrokerRole::AsyncMaster
+    );
+    assert_eq!(
+        BrokerRole::for_ordinal(4, ReplicationMode::Sync),
+        BrokerRole::Slave
+    );
+}
+
+#[test]
+fn brokers_register_with_every_name_server_by_dns_name() {
+    let mqc = cluster(1, 1);
+    let c = pod_config(&mqc, 0, 0);
+    let addrs: Vec<&str> = c["broker"]["namesrv-addrs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    assert_eq!(
+        addrs,
+        [
+            "orders-namesrv-0.orders-namesrv-headless.mq.svc:9876",
+            "orders-namesrv-1.orders-namesrv-headless.mq.svc:9876"
+        ]
+    );
+    assert_eq!(name_server_addresses(&mqc), addrs.join(";"));
+    assert_eq!(
+        name_server_service_address(&mqc),
+        "orders-namesrv.mq.svc:9876"
+    );
+    assert_eq!(c["store"]["data-dir"].as_str(), Some(DATA_DIR));
+    assert_eq!(c["http"]["listen"].as_str(), Some("0.0.0.0:8080"));
+}
+
+#[test]
+fn config_overrides_are_rendered_and_bad_values_rejected() {
+    let mut mqc = cluster(1, 1);
+    mqc.spec
+        .broker
+        .config
+        .insert("broker.auto-create-topic".into(), "false".into());
+    mqc.spec
+        .broker
+        .config
+        .insert("store.retention-hours".into(), "72".into());
+    mqc.spec
+        .broker
+        .config
+        .insert("broker.delay-levels".into(), "\"1s 5s\"".into());
+    let c = pod_config(&mqc, 0, 0);
+    assert_eq!(c["broker"]["auto-create-topic"].as_bool(), Some(false));
+    assert_eq!(c["store"]["retention-hours"].as_integer(), Some(72));
+    assert_eq!(c["broker"]["delay-levels"].as_str(), Some("1s 5s"));
+
+    mqc.spec
+        .broker
+        .config
+        .insert("broker.delay-levels".into(), "1s 5s".into());
+    let err = broker_config_map(&mqc, 0).unwrap_err();
+    assert!(
+        matches!(err, ConfigError::BadValue { ref key, .. } if key == "broker.delay-levels"),
+        "{err}"
+    );
+}
+
+#[test]
+fn config_hash_changes_with_the_config_and_only_then() {
+    let mqc = cluster(1, 1);
+    let hash_of = |m: &MessageQueueCluster| {
+        let cm = broker_config_map(m, 0).unwrap();
+        broker_statefulset(m, 0, &cm)
+            .spec
+            .unwrap()
+            .template
+            .metadata
+            .unwrap()
+            .annotations
+            .unwrap()[CONFIG_HASH_ANNOTATION]
+            .clone()
+    };
+    let h1 = hash_of(&mqc);
+    assert_eq!(h1, hash_of(&mqc.clone()), "deterministic");
+    assert_eq!(h1.len(), 64);
+    let mut sync = mqc.clone();
+    sync.spec.broker.flush_mode = FlushMode::Sync;
+    assert_ne!(h1, hash_of(&sync));
+    let mut more = mqc.clone();
+    more.spec.broker.replicas_per_group = 2;
+    assert_ne!(h1, hash_of(&more));
+}
+
+#[test]
+fn broker_statefulset_has_storage_probes_and_security() {
+    let mut mqc = cluster(2, 2);
+    mqc.spec.broker.resources = Some(ResourceRequirements {
+        limits: Some([("memory".to_string(), Quantity("2Gi".into()))].into()),
+        requests: Some([("cpu".to_string(), Quantity("500m".into()))].into()),
+        ..Default::default()
+    });
+    let cm = broker_config_map(&mqc, 1).unwrap();
+    let sts = broker_statefulset(&mqc, 1, &cm);
+    assert_eq!(sts.metadata.name.as_deref(), Some("orders-broker-1"));
+    assert_eq!(sts.metadata.namespace.as_deref(), Some("mq"));
+    let spec = sts.spec.unwrap();
+    assert_eq!(spec.replicas, Some(2));
+    assert_eq!(spec.service_name.as_deref(), Some("orders-broker-1"));
+    let claim = &spec.volume_claim_templates.unwrap()[0];
+    let cs = claim.spec.as_ref().unwrap();
+    assert_eq!(cs.storage_class_name.as_deref(), Some("fast"));
+    assert_eq!(
+        cs.resources.as_ref().unwrap().requests.as_ref().unwrap()["storage"].0,
+        "10Gi"
+    );
+    let pod = spec.template.spec.unwrap();
+    let c = &pod.containers[0];
+    assert_eq!(c.resources, mqc.spec.broker.resources);
+    assert_eq!(
+        c.readiness_probe
+            .as_ref()
+            .unwrap()
+            .http_get
+            .as_ref()
+            .unwrap()
+            .path
+            .as_deref(),
+        Some("/readyz")
+    );
+    assert_eq!(
+        c.liveness_probe
+            .as_ref()
+            .unwrap()
+            .http_get
+            .as_ref()
+            .unwrap()
+            .path
+            .as_deref(),
+        Some("/healthz")
+    );
+    let args = c.args.clone().unwrap();
+    assert!(
+        args.contains(&"/etc/conveyor/$(POD_NAME).toml".to_string()),
+        "{args:?}"
+    );
+    assert!(args.contains(&"$(POD_IP):10911".to_string()), "{args:?}");
+    let sc = c.security_context.as_ref().unwrap();
+    assert_eq!(sc.run_as_non_root, Some(true));
+    assert_eq!(sc.read_only_root_filesystem, Some(true));
+    assert_eq!(
+        pod.volumes.unwrap()[0].config_map.as_ref().unwrap().name,
+        "orders-broker-1-config"
+    );
+}
+
+#[test]
+fn placement_passes_through_to_every_pod() {
+    let mut mqc = cluster(1, 1);
+    mqc.spec.placement = Placement {
+        affinity: Some(Affinity {
+            node_affinity: Some(NodeAffinity {
+                required_during_scheduling_ignored_during_execution: Some(NodeSelector {
+                    node_selector_terms: vec![NodeSelectorTerm {
+                        match_expressions: Some(vec![NodeSelectorRequirement {
+                            key: "disk".into(),
+                            operator: "In".into(),
+                            values: Some(vec!["ssd".into()]),
+                        }]),
+                        ..Default::default()
+                    }],
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        tolerations: vec![Toleration {
+            key: Some("dedicated".into()),
+            operator: Some("Equal".into()),
+            value: Some("mq".into()),
+            effect: Some("NoSchedule".into()),
+            ..Default::default()
+        }],
+        topology_spread_constraints: vec![TopologySpreadConstraint {
+            max_skew: 1,
+            topology_key: "topology.kubernetes.io/zone".into(),
+            when_unsatisfiable: "ScheduleAnyway".into(),
+            ..Default::default()
+        }],
+        node_selector: [("pool".to_string(), "mq".to_string())].into(),
+    };
+    let cm = broker_config_map(&mqc, 0).unwrap();
+    for pod in [
+        broker_statefulset(&mqc, 0, &cm)
+            .spec
+            .unwrap()
+            .template
+            .spec
+            .unwrap(),
+        name_server_statefulset(&mqc)
+            .spec
+            .unwrap()
+            .template
+            .spec
+            .unwrap(),
+    ] {
+        assert_eq!(pod.affinity, mqc.spec.placement.affinity);
+        assert_eq!(pod.tolerations.unwrap(), mqc.spec.placement.tolerations);
+        assert_eq!(
+            pod.topology_spread_constraints.unwrap(),
+            mqc.spec.placement.topology_spread_constraints
+        );
+        assert_eq!(pod.node_selector.unwrap(), mqc.spec.placement.node_selector);
+    }
+}
+
+#[test]
+fn names_labels_and_owner_references_are_stable() {
+    let mqc = cluster(3, 1);
+    let cm = broker_config_map(&mqc, 2).unwrap();
+    assert_eq!(cm.metadata.name.as_deref(), Some("orders-broker-2-config"));
+    let sts = broker_statefulset(&mqc, 2, &cm);
+    let sel = sts
+        .spec
+        .as_ref()
+        .unwrap()
+        .selector
+        .match_labels
+        .clone()
+        .unwrap();
+    let expected: BTreeMap<String, String> = [
+        ("app.kubernetes.io/name", "conveyor"),
+        ("app.kubernetes.io/instance", "orders"),
+        ("app.kubernetes.io/component", "broker"),
+        ("conveyor.dev/broker-group", "2"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    assert_eq!(sel, expected);
+    let template_labels = sts
+        .spec
+        .as_ref()
+        .unwrap()
+        .template
+        .metadata
+        .as_ref()
+        .unwrap()
+        .labels
+        .clone()
+        .unwrap();
+    assert!(expected
+        .iter()
+        .all(|(k, v)| template_labels.get(k) == Some(v)));
+    assert_eq!(
+        sts.metadata.labels.as_ref().unwrap()["app.kubernetes.io/managed-by"],
+        "conveyor-operator"
+    );
+    // The spec does not leak into names or selectors: changing it keeps them.
+    let mut changed = mqc.clone();
+    changed.spec.broker.flush_mode = FlushMode::Sync;
+    changed.spec.image = "localhost/conveyor:next".into();
+    let cm2 = broker_config_map(&changed, 2).unwrap();
+    let sts2 = broker_statefulset(&changed, 2, &cm2);
+    assert_eq!(
+        sts2.spec.unwrap().selector,
+        sts.spec.clone().unwrap().selector
+    );
+
+    for owner in [
+        sts.metadata.owner_references.clone().unwrap(),
+        cm.metadata.owner_references.clone().unwrap(),
+        broker_pdb(&mqc, 2).metadata.owner_references.unwrap(),
+        broker_headless_service(&mqc, 2)
+            .metadata
+            .owner_references
+            .unwrap(),
+        name_server_statefulset(&mqc)
+            .metadata
+            .owner_references
+            .unwrap(),
+        name_server_pdb(&mqc).metadata.owner_references.unwrap(),
+        name_server_client_service(&mqc)
+            .metadata
+            .owner_references
+            .unwrap(),
+        name_server_headless_service(&mqc)
+            .metadata
+            .owner_references
+            .unwrap(),
+    ] {
+        assert_eq!(owner.len(), 1);
+        assert_eq!(owner[0].kind, "MessageQueueCluster");
+        assert_eq!(owner[0].api_version, "conveyor.dev/v1alpha1");
+        assert_eq!(owner[0].name, "orders");
+        assert_eq!(owner[0].uid, "0b1c-uid");
+        assert_eq!(owner[0].controller, Some(true));
+    }
+}
+
+#[test]
+fn name_server_services_and_statefulset() {
+    let mut mqc = cluster(1, 1);
+    mqc.spec.name_server.replicas = 3;
+    mqc.spec.service = ServiceExposure {
+        type_: ServiceType::LoadBalancer,
+        annotations: [("lb/internal".to_string(), "true".to_string())].into(),
+    };
+    let headless = name_server_headless_service(&mqc);
+    assert_eq!(
+        headless.metadata.name.as_deref(),
+        Some("orders-namesrv-headless")
+    );
+    let hs = headless.spec.unwrap();
+    assert_eq!(hs.cluster_ip.as_deref(), Some("None"));
+    assert_eq!(hs.publish_not_ready_addresses, Some(true));
+    let client = name_server_client_service(&mqc);
+    assert_eq!(client.metadata.name.as_deref(), Some("orders-namesrv"));
+    assert_eq!(client.metadata.annotations.unwrap()["lb/internal"], "true");
+    assert_eq!(client.spec.unwrap().type_.as_deref(), Some("LoadBalancer"));
+    let sts = name_server_statefulset(&mqc).spec.unwrap();
+    assert_eq!(sts.replicas, Some(3));
+    assert_eq!(sts.service_name.as_deref(), Some("orders-namesrv-headless"));
+    assert_eq!(name_server_addresses(&mqc).split(';').count(), 3);
+    let pdb = name_server_pdb(&mqc).spec.unwrap();
+    assert_eq!(pdb.max_unavailable, Some(IntOrString::Int(1)));
+}

@@ -1,0 +1,98 @@
+//! Wires the reconciler into a kube-runtime `Controller` watching the clusters and the objects
+//! they own, behind leader election.
+
+use std::sync::Arc;
+
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::{ConfigMap, Service};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::api::Api;
+use kube::runtime::{watcher, Controller};
+use kube::Client;
+
+use crate::crd::MessageQueueCluster;
+use crate::leader::LeaderElector;
+use crate::reconcile::{error_policy, reconcile, Context};
+
+/// Label every owned object carries; the owned-object watches filter on it.
+const MANAGED: &str = "app.kubernetes.io/managed-by=conveyor-operator";
+
+fn api<K>(client: &Client, namespace: Option<&str>) -> Api<K>
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
+{
+    match namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    }
+}
+
+/// Runs the controller until the future is dropped. `namespace` limits it to one namespace.
+pub async fn run_controller(client: Client, namespace: Option<String>, instance: Option<String>) {
+    let ns = namespace.as_deref();
+    let ctx = Arc::new(Context::new(client.clone(), instance));
+    let owned = watcher::Config::default().labels(MANAGED);
+    Controller::new(
+        api::<MessageQueueCluster>(&client, ns),
+        watcher::Config::default(),
+    )
+    .owns(api::<StatefulSet>(&client, ns), owned.clone())
+    .owns(api::<ConfigMap>(&client, ns), owned.clone())
+    .owns(api::<Service>(&client, ns), owned.clone())
+    .owns(api::<PodDisruptionBudget>(&client, ns), owned)
+    .shutdown_on_signal()
+    .run(reconcile, error_policy, ctx)
+    .for_each(|res| async move {
+        match res {
+            Ok((obj, _)) => tracing::debug!(cluster = %obj.name, "reconciled"),
+            Err(e) => tracing::debug!(error = %e, "reconcile error"),
+        }
+    })
+    .await;
+}
+
+/// Leader-elected operation: wait for the lease, reconcile while holding it, and go back to
+/// waiting if it is lost (the controller is dropped first, so two replicas never write at once).
+/// Returns on SIGTERM/SIGINT.
+pub async fn run_leader_elected(
+    client: Client,
+    namespace: Option<String>,
+    instance: Option<String>,
+    elector: Option<LeaderElector>,
+) {
+    let Some(elector) = elector else {
+        run_controller(client, namespace, instance).await;
+        return;
+    };
+    loop {
+        tokio::select! {
+            _ = elector.acquire() => {}
+            _ = shutdown_signal() => return,
+        }
+        tokio::select! {
+            _ = run_controller(client.clone(), namespace.clone(), instance.clone()) => {
+                elector.release().await;
+                return;
+            }
+            _ = elector.hold() => {
+                tracing::warn!("leadership lost; controller stopped, waiting to re-acquire");
+            }
+        }
+    }
+}
+
+async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        if let Ok(mut term) = signal(SignalKind::terminate()) {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = tokio::signal::ctrl_c() => {}
+            }
+            return;
+        }
+    }
+    let _ = tokio::signal::ctrl_c().await;
+}

@@ -1,0 +1,291 @@
+//! The `MessageQueueCluster` custom resource (`conveyor.dev/v1alpha1`).
+//!
+//! Validation lives in the schema (types, enums, minimums) and in CEL rules
+//! (`x-kubernetes-validations`) that the API server evaluates, so invalid manifests are rejected
+//! at admission instead of reaching the reconciler.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{
+    Affinity, LocalObjectReference, ResourceRequirements, Toleration, TopologySpreadConstraint,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::{CustomResource, CustomResourceExt, KubeSchema};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// API group of the operator's resources.
+pub const GROUP: &str = "conveyor.dev";
+/// Annotation that stops all changes to a cluster's objects while set to `"true"`.
+pub const PAUSE_ANNOTATION: &str = "conveyor.dev/pause-reconciliation";
+
+/// Desired state of a Conveyor cluster: name servers plus `groups` broker groups, each a
+/// master (ordinal 0) and `replicasPerGroup - 1` slaves.
+#[derive(CustomResource, KubeSchema, Deserialize, Serialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "conveyor.dev",
+    version = "v1alpha1",
+    kind = "MessageQueueCluster",
+    plural = "messagequeueclusters",
+    shortname = "mqc",
+    namespaced,
+    status = "MessageQueueClusterStatus",
+    printcolumn(name = "Ready", type_ = "string", json_path = ".status.conditions[?(@.type==\"Ready\")].status"),
+    printcolumn(name = "Groups", type_ = "integer", json_path = ".spec.broker.groups"),
+    printcolumn(name = "Replicas", type_ = "integer", json_path = ".spec.broker.replicasPerGroup"),
+    printcolumn(name = "Flush", type_ = "string", json_path = ".spec.broker.flushMode"),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
+    validation = Rule::new("self.metadata.name.size() <= 40").message("metadata.name must be at most 40 characters (it prefixes the names of owned objects)"),
+)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("self.broker.replicationMode != 'Sync' || self.broker.replicasPerGroup >= 2").message("replicationMode Sync needs broker.replicasPerGroup >= 2 (a master and at least one slave)"))]
+pub struct MessageQueueClusterSpec {
+    /// Container image holding the `conveyor` binary.
+    #[x_kube(validation = Rule::new("self.size() > 0").message("image must not be empty"))]
+    pub image: String,
+    /// Image pull policy of every container.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image_pull_policy: Option<ImagePullPolicy>,
+    /// Secrets used to pull `image`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub image_pull_secrets: Vec<LocalObjectReference>,
+    /// Name servers.
+    #[serde(default)]
+    pub name_server: NameServerSpec,
+    /// Broker groups.
+    pub broker: BrokerSpec,
+    /// Pod placement applied to name-server and broker pods.
+    #[serde(default, skip_serializing_if = "Placement::is_empty")]
+    pub placement: Placement,
+    /// How clients reach the name servers.
+    #[serde(default)]
+    pub service: ServiceExposure,
+}
+
+/// Image pull policy.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum ImagePullPolicy {
+    Always,
+    IfNotPresent,
+    Never,
+}
+
+impl ImagePullPolicy {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ImagePullPolicy::Always => "Always",
+            ImagePullPolicy::IfNotPresent => "IfNotPresent",
+            ImagePullPolicy::Never => "Never",
+        }
+    }
+}
+
+/// Name-server settings.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NameServerSpec {
+    /// Number of name servers (each is independent; brokers register with all of them).
+    #[serde(default = "default_name_servers")]
+    #[schemars(range(min = 1, max = 9))]
+    pub replicas: i32,
+    /// Container resources.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<ResourceRequirements>,
+}
+
+fn default_name_servers() -> i32 {
+    2
+}
+
+impl Default for NameServerSpec {
+    fn default() -> Self {
+        Self {
+            replicas: default_name_servers(),
+            resources: None,
+        }
+    }
+}
+
+/// Broker settings.
+#[derive(KubeSchema, Deserialize, Serialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct BrokerSpec {
+    /// Number of broker groups (RocketMQ broker names). Scaling down is refused until draining
+    /// exists.
+    #[x_kube(validation = Rule::new("self >= 1").message("broker.groups must be at least 1"))]
+    #[schemars(range(min = 1, max = 64))]
+    pub groups: i32,
+    /// Pods per group: ordinal 0 is the master, the others are slaves (brokerId = ordinal).
+    #[serde(default = "default_replicas_per_group")]
+    #[schemars(range(min = 1, max = 8))]
+    pub replicas_per_group: i32,
+    /// Persistent storage of each broker pod.
+    pub storage: StorageSpec,
+    /// Sync: acknowledge after fsync (group commit); Async: background flush.
+    #[serde(default)]
+    pub flush_mode: FlushMode,
+    /// Sync: a master acknowledges after a slave has the message; Async: immediately.
+    #[serde(default)]
+    pub replication_mode: ReplicationMode,
+    /// Container resources.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<ResourceRequirements>,
+    /// Extra broker settings: `broker.<key>` or `store.<key>` (kebab-case, as in the broker's TOML
+    /// file) to a TOML value, e.g. `broker.auto-create-topic: "false"` or
+    /// `store.retention-hours: "72"`. Keys the operator manages cannot be overridden.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(extend("maxProperties" = 64))]
+    #[x_kube(validation = Rule::new("self.all(k, k.matches('^(broker|store)\\\\.[a-z0-9][a-z0-9-]*$'))").message("config keys must look like broker.<kebab-key> or store.<kebab-key>"))]
+    #[x_kube(validation = Rule::new("self.all(k, !(k in ['broker.listen', 'broker.cluster-name', 'broker.broker-name', 'broker.broker-id', 'broker.namesrv-addrs', 'broker.advertised-addr', 'broker.broker-role', 'store.data-dir', 'store.flush-mode']))").message("config must not override keys the operator manages"))]
+    pub config: BTreeMap<String, String>,
+}
+
+fn default_replicas_per_group() -> i32 {
+    1
+}
+
+/// Storage of a broker pod.
+#[derive(KubeSchema, Deserialize, Serialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct StorageSpec {
+    /// Volume size, a Kubernetes quantity such as `10Gi`.
+    #[x_kube(validation = Rule::new("isQuantity(self) && quantity(self).isGreaterThan(quantity('0'))").message("storage.size must be a positive quantity such as 10Gi"))]
+    pub size: String,
+    /// Storage class of the volumes (cluster default when absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub storage_class_name: Option<String>,
+}
+
+/// Flush mode of the broker's store.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, Default, JsonSchema)]
+pub enum FlushMode {
+    Sync,
+    #[default]
+    Async,
+}
+
+impl FlushMode {
+    /// The value of the broker's `--flush-mode` / `[store] flush-mode`.
+    pub fn broker_value(self) -> &'static str {
+        match self {
+            FlushMode::Sync => "sync",
+            FlushMode::Async => "async",
+        }
+    }
+}
+
+/// Master-to-slave replication mode.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, Default, JsonSchema)]
+pub enum ReplicationMode {
+    Sync,
+    #[default]
+    Async,
+}
+
+/// Pod placement.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Placement {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub affinity: Option<Affinity>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tolerations: Vec<Toleration>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub topology_spread_constraints: Vec<TopologySpreadConstraint>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub node_selector: BTreeMap<String, String>,
+}
+
+impl Placement {
+    pub fn is_empty(&self) -> bool {
+        self.affinity.is_none()
+            && self.tolerations.is_empty()
+            && self.topology_spread_constraints.is_empty()
+            && self.node_selector.is_empty()
+    }
+}
+
+/// Exposure of the name servers' client Service.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ServiceExposure {
+    /// Service type of the client Service.
+    #[serde(default, rename = "type")]
+    pub type_: ServiceType,
+    /// Annotations added to the client Service (e.g. for a cloud load balancer).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub annotations: BTreeMap<String, String>,
+}
+
+/// Kubernetes Service type.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, Default, JsonSchema)]
+pub enum ServiceType {
+    #[default]
+    ClusterIP,
+    NodePort,
+    LoadBalancer,
+}
+
+impl ServiceType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ServiceType::ClusterIP => "ClusterIP",
+            ServiceType::NodePort => "NodePort",
+            ServiceType::LoadBalancer => "LoadBalancer",
+        }
+    }
+}
+
+/// Observed state, written by the operator.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MessageQueueClusterStatus {
+    /// The `metadata.generation` this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// kstatus conditions: `Ready`, `Reconciling`, `Stalled` (and `Paused` while paused).
+    #[serde(default)]
+    pub conditions: Vec<Condition>,
+    /// Name-server addresses in RocketMQ's `host:port;host:port` form (stable DNS names).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name_server_addresses: Option<String>,
+    /// The name servers' client Service address.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name_server_service: Option<String>,
+    /// One entry per broker group.
+    #[serde(default)]
+    pub groups: Vec<BrokerGroupStatus>,
+}
+
+/// Observed state of one broker group.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BrokerGroupStatus {
+    /// RocketMQ broker name of the group.
+    pub name: String,
+    /// Pods of the group, by ordinal.
+    pub pods: Vec<String>,
+    /// Ready pods.
+    pub ready_replicas: i32,
+    /// The pod acting as master.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub master: Option<String>,
+}
+
+impl MessageQueueCluster {
+    /// True when the pause annotation is set to "true".
+    pub fn paused(&self) -> bool {
+        self.metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(PAUSE_ANNOTATION))
+            .is_some_and(|v| v.eq_ignore_ascii_case("true"))
+    }
+}
+
+/// The CRD as YAML, as committed under `crds/`.
+pub fn crd_yaml() -> String {
+    let crd = MessageQueueCluster::crd();
+    let body = serde_yaml::to_string(&crd).expect("a CRD always serialises");
+    format!("# Generated by `conveyor-operator crd`; do not edit.\n---\n{body}")
+}

@@ -1,0 +1,110 @@
+//! `conveyor-operator run` reconciles MessageQueueClusters; `conveyor-operator crd` prints the CRD.
+
+use std::time::Duration;
+
+use anyhow::Context as _;
+use clap::{Parser, Subcommand};
+use conveyor_operator::leader::{LeaderElector, LeaseConfig};
+
+#[derive(Parser)]
+#[command(
+    name = "conveyor-operator",
+    version,
+    about = "Kubernetes operator for Conveyor"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Print the CustomResourceDefinition as YAML (the content of crds/).
+    Crd,
+    /// Run the operator.
+    Run(RunArgs),
+}
+
+#[derive(clap::Args)]
+struct RunArgs {
+    /// Watch only this namespace (default: all namespaces).
+    #[arg(long, env = "WATCH_NAMESPACE")]
+    namespace: Option<String>,
+    /// Disable leader election (only for a single replica).
+    #[arg(long, env = "CONVEYOR_OPERATOR_NO_LEADER_ELECTION")]
+    no_leader_election: bool,
+    /// Namespace of the leader-election Lease (default: the pod's namespace, else "default").
+    #[arg(long, env = "POD_NAMESPACE")]
+    lease_namespace: Option<String>,
+    /// Name of the leader-election Lease.
+    #[arg(long, default_value = "conveyor-operator-leader")]
+    lease_name: String,
+    /// Identity in the Lease (default: the pod name, else host name and process id).
+    #[arg(long, env = "POD_NAME")]
+    identity: Option<String>,
+    /// Seconds a Lease stays valid without renewal.
+    #[arg(long, default_value_t = 15)]
+    lease_duration_secs: u64,
+    /// Seconds between renewals.
+    #[arg(long, default_value_t = 4)]
+    lease_renew_secs: u64,
+}
+
+fn default_identity() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "conveyor-operator".into());
+    format!("{host}-{}", std::process::id())
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Crd => {
+            print!("{}", conveyor_operator::crd::crd_yaml());
+            Ok(())
+        }
+        Command::Run(args) => {
+            tracing_subscriber::fmt()
+                .with_env_filter(
+                    tracing_subscriber::EnvFilter::try_from_default_env()
+                        .unwrap_or_else(|_| "info,kube=warn".into()),
+                )
+                .init();
+            let client = kube::Client::try_default()
+                .await
+                .context("cannot build a Kubernetes client (in-cluster or KUBECONFIG)")?;
+            let identity = args.identity.clone().unwrap_or_else(default_identity);
+            anyhow::ensure!(
+                args.lease_renew_secs > 0 && args.lease_renew_secs < args.lease_duration_secs,
+                "--lease-renew-secs must be positive and below --lease-duration-secs"
+            );
+            let elector = (!args.no_leader_election).then(|| {
+                LeaderElector::new(
+                    client.clone(),
+                    LeaseConfig {
+                        namespace: args
+                            .lease_namespace
+                            .clone()
+                            .unwrap_or_else(|| "default".into()),
+                        name: args.lease_name.clone(),
+                        identity: identity.clone(),
+                        lease_duration: Duration::from_secs(args.lease_duration_secs),
+                        retry_period: Duration::from_secs(args.lease_renew_secs),
+                    },
+                )
+            });
+            tracing::info!(%identity, namespace = ?args.namespace, "conveyor-operator starting");
+            conveyor_operator::controller::run_leader_elected(
+                client,
+                args.namespace,
+                Some(identity),
+                elector,
+            )
+            .await;
+            tracing::info!("conveyor-operator stopped");
+            Ok(())
+        }
+    }
+}

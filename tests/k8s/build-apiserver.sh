@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Builds kube-apiserver and etcd from the Go module proxy (no release download) and caches them in
+# $CONVEYOR_CACHE/k8s/<version>/bin, outside the checkout, so later runs and fresh clones reuse them.
+# Prints the bin directory on stdout. Recipe: ../shared/docs/k8s-testing.md §1.3.
+set -euo pipefail
+K8S="${CONVEYOR_K8S_VERSION:-1.35.4}"
+CACHE="${CONVEYOR_CACHE:-$HOME/.cache/conveyor}"
+W="$CACHE/k8s/$K8S"
+BIN="$W/bin"
+if [ -x "$BIN/kube-apiserver" ] && [ -x "$BIN/etcd" ]; then echo "$BIN"; exit 0; fi
+command -v go >/dev/null || { echo "build-apiserver: go not found" >&2; exit 2; }
+export GOMODCACHE="${GOMODCACHE:-$CACHE/go/mod}"
+export GOFLAGS="${GOFLAGS:--buildvcs=false}"
+MINOR=$(echo "$K8S" | cut -d. -f2); STAGING="v0.${K8S#1.}"
+mkdir -p "$W/src" "$BIN"
+cd "$W/src"
+start=$(date +%s)
+[ -f go.mod ] || go mod init local/envtest-bins >&2
+GOMOD=$(go mod download -json "k8s.io/kubernetes@v$K8S" | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')
+for m in $(sed -n 's#^[[:space:]]*\(k8s.io/[A-Za-z0-9._-]*\) => ./staging/.*#\1#p' "$GOMOD"); do
+  go mod edit -replace="$m=$m@$STAGING"
+done
+go get "k8s.io/kubernetes/cmd/kube-apiserver@v$K8S" >&2
+CGO_ENABLED=0 go build -trimpath -o "$BIN/kube-apiserver.tmp" \
+  -ldflags "-s -w -X k8s.io/component-base/version.gitVersion=v$K8S -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$MINOR" \
+  k8s.io/kubernetes/cmd/kube-apiserver >&2
+mv "$BIN/kube-apiserver.tmp" "$BIN/kube-apiserver"
+t1=$(date +%s)
+# etcd from the same module graph (the client version the apiserver was built against).
+ETCD_VER=$(go list -m -f '{{.Version}}' go.etcd.io/etcd/server/v3 2>/dev/null || true)
+[ -n "$ETCD_VER" ] || { go get go.etcd.io/etcd/server/v3 >&2; ETCD_VER=$(go list -m -f '{{.Version}}' go.etcd.io/etcd/server/v3); }
+echo "build-apiserver: etcd $ETCD_VER" >&2
+CGO_ENABLED=0 go build -trimpath -o "$BIN/etcd.tmp" -ldflags "-s -w" go.etcd.io/etcd/server/v3 >&2
+mv "$BIN/etcd.tmp" "$BIN/etcd"
+t2=$(date +%s)
+echo "build-apiserver: kube-apiserver v$K8S in $((t1-start)) s, etcd in $((t2-t1)) s" | tee "$W/build-times.txt" >&2
+echo "$BIN"
