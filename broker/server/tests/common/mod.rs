@@ -1,0 +1,320 @@
+//! Shared helpers of the end-to-end tests: an in-process standalone Conveyor (name server +
+//! broker + HTTP probes) on ephemeral ports over a temporary store, clients pointed at it,
+//! a raw remoting connection for malformed input, a tiny HTTP GET, and condition waits with
+//! deadlines (no fixed sleeps as synchronisation).
+#![allow(dead_code)]
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::time::Duration;
+
+use bytes::BytesMut;
+use conveyor::app::{self, AppConfig, Role, Running};
+use conveyor::broker::BrokerConfig;
+use conveyor_client::admin::TopicSpec;
+use conveyor_client::{
+    Admin, MessageQueue, Producer, ProducerConfig, PullConsumer, PullConsumerConfig,
+};
+use conveyor_protocol::command::RemotingCommand;
+use conveyor_protocol::frame::{encode_frame, FrameCodec};
+use conveyor_store::StoreConfig;
+use tempfile::TempDir;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::time::Instant;
+
+/// Cluster name of the test broker (BrokerConfig's default).
+pub const CLUSTER: &str = "DefaultCluster";
+
+/// Generous limit for anything that should take milliseconds.
+pub const DEADLINE: Duration = Duration::from_secs(20);
+
+/// The configuration the tests run: standalone, every port ephemeral, small store.
+pub fn config(dir: &Path) -> AppConfig {
+    let any: SocketAddr = "127.0.0.1:0".parse().expect("addr");
+    AppConfig {
+        role: Role::Standalone,
+        namesrv_listen: any,
+        broker_listen: any,
+        http_listen: Some(any),
+        broker: BrokerConfig {
+            namesrv_addrs: vec![],
+            advertised_addr: String::new(),
+            ..BrokerConfig::default()
+        },
+        store: StoreConfig::small(dir),
+    }
+}
+
+/// A running in-process server and the directory it stores into.
+pub struct TestServer {
+    pub running: Option<Running>,
+    pub dir: PathBuf,
+    _tmp: Option<TempDir>,
+}
+
+impl TestServer {
+    /// Starts on a fresh temporary directory and waits until the broker is registered.
+    pub async fn start() -> Self {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dir = tmp.path().to_path_buf();
+        let mut s = Self::start_in(&dir).await;
+        s._tmp = Some(tmp);
+        s
+    }
+
+    /// Starts on `dir` (kept by the caller) and waits until the broker is registered.
+    pub async fn start_in(dir: &Path) -> Self {
+        let running = app::start(config(dir)).await.expect("start conveyor");
+        let broker = running.broker.clone().expect("standalone runs a broker");
+        wait_until("broker registered with the name server", DEADLINE, || {
+            let b = broker.clone();
+            async move { b.is_registered() }
+        })
+        .await;
+        Self {
+            running: Some(running),
+            dir: dir.to_path_buf(),
+            _tmp: None,
+        }
+    }
+
+    fn running(&self) -> &Running {
+        self.running.as_ref().expect("server running")
+    }
+
+    /// "127.0.0.1:port" of the name server.
+    pub fn namesrv(&self) -> String {
+        self.running().namesrv_addr.expect("namesrv").to_string()
+    }
+
+    /// "127.0.0.1:port" of the broker.
+    pub fn broker_addr(&self) -> String {
+        self.running().broker_addr.expect("broker").to_string()
+    }
+
+    /// Address of the HTTP probe port.
+    pub fn http(&self) -> SocketAddr {
+        self.running().http_addr.expect("http")
+    }
+
+    /// Graceful stop (the directory stays).
+    pub async fn stop(&mut self) {
+        if let Some(r) = self.running.take() {
+            tokio::time::timeout(DEADLINE, r.stop())
+                .await
+                .expect("Running::stop finishes in time");
+        }
+    }
+
+    /// Stops, then starts again on the same directory (new ports).
+    pub async fn restart(&mut self) {
+        self.stop().await;
+        let again = Self::start_in(&self.dir).await;
+        self.running = again.running;
+    }
+
+    pub fn producer(&self, group: &str) -> Producer {
+        Producer::new(ProducerConfig::new(self.namesrv(), group)).expect("producer")
+    }
+
+    pub fn consumer(&self, group: &str) -> PullConsumer {
+        PullConsumer::new(PullConsumerConfig::new(self.namesrv(), group)).expect("consumer")
+    }
+
+    pub fn admin(&self) -> Admin {
+        Admin::new(&self.namesrv()).expect("admin")
+    }
+
+    /// Creates `topic` with `queues` queues and waits for its route; returns its queues in
+    /// queue-id order.
+    pub async fn create_topic(&self, topic: &str, queues: i32) -> Vec<MessageQueue> {
+        let admin = self.admin();
+        admin
+            .create_topic(CLUSTER, &TopicSpec::new(topic, queues))
+            .await
+            .expect("create topic");
+        self.wait_route(topic, queues as usize).await
+    }
+
+    /// Waits until the name server routes `queues` readable queues of `topic`.
+    pub async fn wait_route(&self, topic: &str, queues: usize) -> Vec<MessageQueue> {
+        let admin = self.admin();
+        let deadline = Instant::now() + DEADLINE;
+        loop {
+            if let Ok(route) = admin.topic_route(topic).await {
+                let mut qs = conveyor_client::route::subscribe_queues(topic, &route);
+                if qs.len() == queues {
+                    qs.sort_by_key(|q| q.queue_id);
+                    return qs;
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no route with {queues} queues for {topic} in time"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+/// Polls `cond` every 20 ms until it holds; panics naming `what` after `limit`.
+pub async fn wait_until<F, Fut>(what: &str, limit: Duration, mut cond: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let deadline = Instant::now() + limit;
+    loop {
+        if cond().await {
+            return;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for: {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+static NEXT_OPAQUE: AtomicI32 = AtomicI32::new(1_000);
+
+/// A fresh opaque for raw requests.
+pub fn opaque() -> i32 {
+    NEXT_OPAQUE.fetch_add(1, Ordering::Relaxed)
+}
+
+/// What a raw read produced.
+#[derive(Debug)]
+pub enum Read {
+    Frame(RemotingCommand),
+    /// EOF or a reset: the server closed the connection.
+    Closed,
+    /// Nothing within the limit.
+    Timeout,
+}
+
+/// A bare remoting connection: frames written and read with `conveyor_protocol::frame`.
+pub struct RawConn {
+    pub stream: TcpStream,
+    buf: BytesMut,
+    codec: FrameCodec,
+}
+
+impl RawConn {
+    pub async fn connect(addr: &str) -> Self {
+        let stream = TcpStream::connect(addr).await.expect("connect");
+        stream.set_nodelay(true).expect("nodelay");
+        Self {
+            stream,
+            buf: BytesMut::new(),
+            codec: FrameCodec::default(),
+        }
+    }
+
+    /// Writes raw bytes; a write error (the peer already closed) is returned, not a panic.
+    pub async fn write_raw(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        self.stream.write_all(bytes).await?;
+        self.stream.flush().await
+    }
+
+    /// Writes one request frame (its opaque as given).
+    pub async fn send(&mut self, cmd: &RemotingCommand) -> std::io::Result<()> {
+        let frame = encode_frame(cmd).expect("encode");
+        self.write_raw(&frame).await
+    }
+
+    /// Reads the next frame, or reports the connection closed, or times out.
+    pub async fn read(&mut self, limit: Duration) -> Read {
+        let deadline = Instant::now() + limit;
+        loop {
+            match self.codec.decode(&mut self.buf) {
+                Ok(Some(cmd)) => return Read::Frame(cmd),
+                Ok(None) => {}
+                Err(e) => panic!("server sent a malformed frame: {e}"),
+            }
+            let mut chunk = [0u8; 64 * 1024];
+            match tokio::time::timeout_at(deadline, self.stream.read(&mut chunk)).await {
+                Err(_) => return Read::Timeout,
+                Ok(Ok(0)) | Ok(Err(_)) => return Read::Closed,
+                Ok(Ok(n)) => self.buf.extend_from_slice(&chunk[..n]),
+            }
+        }
+    }
+
+    /// Sends `cmd` with a fresh opaque and returns the response with that opaque.
+    pub async fn request(&mut self, mut cmd: RemotingCommand) -> RemotingCommand {
+        cmd.opaque = opaque();
+        let want = cmd.opaque;
+        self.send(&cmd).await.expect("write request");
+        loop {
+            match self.read(DEADLINE).await {
+                Read::Frame(r) if r.is_response() && r.opaque == want => return r,
+                Read::Frame(_) => continue,
+                other => panic!("no response to request code {}: {other:?}", cmd.code),
+            }
+        }
+    }
+
+    /// Waits until the server closes this connection (frames read meanwhile are ignored).
+    pub async fn expect_closed(&mut self, limit: Duration) {
+        let deadline = Instant::now() + limit;
+        loop {
+            match self
+                .read(deadline.saturating_duration_since(Instant::now()))
+                .await
+            {
+                Read::Closed => return,
+                Read::Frame(_) => continue,
+                Read::Timeout => panic!("the server did not close the connection in time"),
+            }
+        }
+    }
+}
+
+/// A minimal `GET path` over HTTP/1.1 with `Connection: close`: (status, body).
+pub async fn http_get(addr: SocketAddr, path: &str) -> std::io::Result<(u16, String)> {
+    let mut s = TcpStream::connect(addr).await?;
+    let req = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    s.write_all(req.as_bytes()).await?;
+    let mut raw = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut raw))
+        .await
+        .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "http read"))??;
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let (head, body) = text
+        .split_once("\r\n\r\n")
+        .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidData, "no header end"))?;
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidData, "no status"))?;
+    Ok((status, body.to_string()))
+}
+
+/// Milliseconds since the epoch.
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+/// Waits until `queue`'s max offset reaches `at_least`. A send is acknowledged once appended
+/// to the commit log; the consume queue is built by the store's dispatcher a moment later
+/// (as RocketMQ's reput service does), so a pull right after a send may not see it yet.
+pub async fn wait_max_offset(consumer: &PullConsumer, queue: &MessageQueue, at_least: i64) {
+    let deadline = Instant::now() + DEADLINE;
+    loop {
+        let max = consumer.max_offset(queue).await.expect("max offset");
+        if max >= at_least {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "queue {} of {} stuck at max offset {max}, expected {at_least}",
+            queue.queue_id,
+            queue.topic
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
