@@ -179,3 +179,32 @@ impl LeaderElector {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lease(holder: Option<&str>, renewed_secs_ago: i64) -> LeaseSpec {
+        LeaseSpec {
+            holder_identity: holder.map(String::from),
+            lease_duration_seconds: Some(15),
+            renew_time: Some(MicroTime(
+                Timestamp::now() - SignedDuration::from_secs(renewed_secs_ago),
+            )),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_valid_lease_of_another_holder_cannot_be_taken() {
+        assert!(!can_take(&lease(Some("b"), 3), "a", Timestamp::now()));
+    }
+
+    #[test]
+    fn an_expired_released_or_own_lease_can_be_taken() {
+        assert!(can_take(&lease(Some("b"), 30), "a", Timestamp::now()));
+        assert!(can_take(&lease(None, 1), "a", Timestamp::now()));
+        assert!(can_take(&lease(Some(""), 1), "a", Timestamp::now()));
+        assert!(can_take(&lease(Some("a"), 1), "a", Timestamp::now()));
+    }
+}

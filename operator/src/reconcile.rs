@@ -381,7 +381,7 @@ async fn reconcile_inner(mqc: &MessageQueueCluster, ctx: &Context) -> Result<Act
             pods: (0..replicas).map(|i| names::pod(&group_name, i)).collect(),
             ready_replicas: ready,
             // Ordinal 0 is the master until failover promotion exists.
-            master: (ready > 0 || replicas > 0).then(|| names::pod(&group_name, 0)),
+            master: (replicas > 0).then(|| names::pod(&group_name, 0)),
             name: group_name,
         });
     }
@@ -538,3 +538,6 @@ pub fn error_policy(mqc: Arc<MessageQueueCluster>, error: &Error, ctx: Arc<Conte
     tracing::warn!(cluster = %Context::key(&mqc), %error, ?delay, "reconcile failed; retrying");
     Action::requeue(delay)
 }
+
+#[cfg(test)]
+mod tests;

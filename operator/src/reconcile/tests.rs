@@ -1,0 +1,379 @@
+//! Controller tests: `reconcile` against a mocked API server (tower-test). The mock records every
+//! request and answers like the real server (apply and status patches echo the object).
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use http::{Method, Request, Response};
+use http_body_util::BodyExt;
+use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetStatus};
+use kube::client::Body;
+use kube::runtime::controller::Action;
+use serde_json::{json, Value};
+
+use super::*;
+use crate::builders::tests::cluster;
+use crate::crd::{MessageQueueCluster, PAUSE_ANNOTATION};
+
+#[derive(Clone, Debug)]
+struct Call {
+    method: Method,
+    path: String,
+    body: Value,
+}
+
+#[derive(Default, Clone)]
+struct Scenario {
+    /// StatefulSets the list call returns.
+    existing: Vec<StatefulSet>,
+    /// Answer StatefulSet applies with a fully rolled-out status.
+    statefulsets_ready: bool,
+}
+
+/// Runs `reconcile` once against a mock API server playing `scenario`; returns the result and the
+/// calls the reconciler made, in order.
+async fn run(
+    mqc: MessageQueueCluster,
+    scenario: Scenario,
+) -> (Result<Action, Error>, Vec<Call>, Arc<Context>) {
+    let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+    let client = kube::Client::new(service, "default");
+    let calls = Arc::new(Mutex::new(Vec::new()));
+    let recorded = calls.clone();
+    let stored = serde_json::to_value(&mqc).unwrap();
+    let server = tokio::spawn(async move {
+        while let Some((request, responder)) = handle.next_request().await {
+            let method = request.method().clone();
+            let path = request.uri().path().to_string();
+            let query = request.uri().query().unwrap_or("").to_string();
+            let bytes = request.into_body().collect().await.unwrap().to_bytes();
+            let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+            recorded.lock().unwrap().push(Call {
+                method: method.clone(),
+                path: path.clone(),
+                body: body.clone(),
+            });
+            if method == Method::PATCH && !path.ends_with("/status") && !path.contains("/events") {
+                assert!(
+                    query.contains("fieldManager=conveyor-operator"),
+                    "{path}?{query}"
+                );
+                assert!(query.contains("force=true"), "{path}?{query}");
+            }
+            let answer = if method == Method::GET && path.ends_with("/statefulsets") {
+                assert!(query.contains("labelSelector="), "{query}");
+                json!({"apiVersion": "apps/v1", "kind": "StatefulSetList", "metadata": {}, "items": scenario.existing})
+            } else if method == Method::PATCH
+                && path.contains("/statefulsets/")
+                && scenario.statefulsets_ready
+            {
+                let mut sts: StatefulSet = serde_json::from_value(body).unwrap();
+                let n = sts.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
+                sts.metadata.generation = Some(1);
+                sts.status = Some(StatefulSetStatus {
+                    observed_generation: Some(1),
+                    replicas: n,
+                    ready_replicas: Some(n),
+                    updated_replicas: Some(n),
+                    ..Default::default()
+                });
+                serde_json::to_value(sts).unwrap()
+            } else if path.ends_with("/status") {
+                let mut obj = stored.clone();
+                obj["status"] = body["status"].clone();
+                obj
+            } else {
+                let mut b = body;
+                if let Some(m) = b.get_mut("metadata").and_then(|m| m.as_object_mut()) {
+                    m.entry("name").or_insert(json!("x"));
+                } else if let Some(o) = b.as_object_mut() {
+                    o.insert(
+                        "metadata".into(),
+                        json!({"name": "orders", "namespace": "mq"}),
+                    );
+                }
+                b
+            };
+            responder.send_response(
+                Response::builder()
+                    .body(Body::from(serde_json::to_vec(&answer).unwrap()))
+                    .unwrap(),
+            );
+        }
+    });
+    let ctx = Arc::new(Context::new(client, Some("test".into())));
+    let result = tokio::time::timeout(
+        Duration::from_secs(10),
+        reconcile(Arc::new(mqc), ctx.clone()),
+    )
+    .await
+    .expect("reconcile hangs");
+    server.abort();
+    let calls = calls.lock().unwrap().clone();
+    (result, calls, ctx)
+}
+
+fn summary(calls: &[Call]) -> Vec<String> {
+    calls
+        .iter()
+        .map(|c| {
+            let p = c
+                .path
+                .trim_start_matches("/api/v1")
+                .trim_start_matches("/apis");
+            format!("{} {p}", c.method)
+        })
+        .collect()
+}
+
+fn status_of(calls: &[Call]) -> MessageQueueClusterStatus {
+    let c = calls
+        .iter()
+        .rev()
+        .find(|c| c.path.ends_with("/messagequeueclusters/orders/status"))
+        .expect("status was patched");
+    assert_eq!(c.method, Method::PATCH);
+    assert_eq!(c.body["kind"], "MessageQueueCluster");
+    serde_json::from_value(c.body["status"].clone()).unwrap()
+}
+
+fn cond<'a>(s: &'a MessageQueueClusterStatus, t: &str) -> &'a Condition {
+    s.conditions
+        .iter()
+        .find(|c| c.type_ == t)
+        .unwrap_or_else(|| panic!("no {t} condition"))
+}
+
+#[tokio::test]
+async fn fresh_cluster_applies_everything_in_order_then_reports_progress() {
+    let (result, calls, _) = run(cluster(2, 2), Scenario::default()).await;
+    let action = result.unwrap();
+    assert_eq!(action, Action::requeue(PROGRESS_REQUEUE));
+    let expected = [
+        "GET /apps/v1/namespaces/mq/statefulsets",
+        "PATCH /namespaces/mq/services/orders-namesrv-headless",
+        "PATCH /namespaces/mq/services/orders-namesrv",
+        "PATCH /apps/v1/namespaces/mq/statefulsets/orders-namesrv",
+        "PATCH /policy/v1/namespaces/mq/poddisruptionbudgets/orders-namesrv",
+        "PATCH /namespaces/mq/configmaps/orders-broker-0-config",
+        "PATCH /namespaces/mq/services/orders-broker-0",
+        "PATCH /apps/v1/namespaces/mq/statefulsets/orders-broker-0",
+        "PATCH /policy/v1/namespaces/mq/poddisruptionbudgets/orders-broker-0",
+        "PATCH /namespaces/mq/configmaps/orders-broker-1-config",
+        "PATCH /namespaces/mq/services/orders-broker-1",
+        "PATCH /apps/v1/namespaces/mq/statefulsets/orders-broker-1",
+        "PATCH /policy/v1/namespaces/mq/poddisruptionbudgets/orders-broker-1",
+        "PATCH /conveyor.dev/v1alpha1/namespaces/mq/messagequeueclusters/orders/status",
+    ];
+    assert_eq!(summary(&calls), expected);
+    // Every applied object is owned by the cluster.
+    for c in calls
+        .iter()
+        .filter(|c| c.method == Method::PATCH && !c.path.ends_with("/status"))
+    {
+        let owners = &c.body["metadata"]["ownerReferences"];
+        assert_eq!(owners[0]["uid"], "0b1c-uid", "{}", c.path);
+        assert_eq!(owners[0]["controller"], true);
+    }
+    let status = status_of(&calls);
+    assert_eq!(status.observed_generation, Some(1));
+    assert_eq!(cond(&status, "Ready").status, "False");
+    assert_eq!(cond(&status, "Reconciling").status, "True");
+    assert_eq!(cond(&status, "Stalled").status, "False");
+    assert_eq!(status.groups.len(), 2);
+    assert_eq!(
+        status.groups[1].pods,
+        ["orders-broker-1-0", "orders-broker-1-1"]
+    );
+    assert_eq!(
+        status.groups[1].master.as_deref(),
+        Some("orders-broker-1-0")
+    );
+    assert_eq!(
+        status.name_server_service.as_deref(),
+        Some("orders-namesrv.mq.svc:9876")
+    );
+}
+
+#[tokio::test]
+async fn rolled_out_cluster_is_ready_and_says_so_once() {
+    let scenario = Scenario {
+        statefulsets_ready: true,
+        ..Default::default()
+    };
+    let (result, calls, _) = run(cluster(1, 2), scenario.clone()).await;
+    assert_eq!(result.unwrap(), Action::requeue(IDLE_REQUEUE));
+    let status = status_of(&calls);
+    assert_eq!(cond(&status, "Ready").status, "True");
+    assert_eq!(cond(&status, "Reconciling").status, "False");
+    assert_eq!(cond(&status, "Stalled").status, "False");
+    assert_eq!(status.groups[0].ready_replicas, 2);
+    let events: Vec<_> = calls
+        .iter()
+        .filter(|c| c.path.contains("/events"))
+        .collect();
+    assert_eq!(events.len(), 1);
+    assert_eq!(events[0].method, Method::POST);
+    assert_eq!(events[0].body["reason"], "Ready");
+
+    // Already Ready: no second event, and the transition time is kept.
+    let mut again = cluster(1, 2);
+    again.status = Some(status.clone());
+    let (_, calls2, _) = run(again, scenario).await;
+    assert!(!calls2.iter().any(|c| c.path.contains("/events")));
+    let s2 = status_of(&calls2);
+    assert_eq!(
+        cond(&s2, "Ready").last_transition_time,
+        cond(&status, "Ready").last_transition_time
+    );
+}
+
+fn existing_group(mqc: &MessageQueueCluster, group: i32) -> StatefulSet {
+    let cm = crate::builders::broker_config_map(mqc, group).unwrap();
+    crate::builders::broker_statefulset(mqc, group, &cm)
+}
+
+#[tokio::test]
+async fn group_scale_down_is_refused_with_stalled_and_a_warning() {
+    let three = cluster(3, 1);
+    let scenario = Scenario {
+        existing: (0..3).map(|g| existing_group(&three, g)).collect(),
+        ..Default::default()
+    };
+    let (result, calls, _) = run(cluster(2, 1), scenario).await;
+    assert_eq!(
+        result.unwrap(),
+        Action::requeue(IDLE_REQUEUE),
+        "stalled: slow requeue, no hot loop"
+    );
+    let s = summary(&calls);
+    assert!(
+        !s.iter()
+            .any(|c| c.contains("orders-broker-2") && c.starts_with("PATCH")),
+        "{s:?}"
+    );
+    assert!(!s.iter().any(|c| c.starts_with("DELETE")), "{s:?}");
+    let status = status_of(&calls);
+    let stalled = cond(&status, "Stalled");
+    assert_eq!(stalled.status, "True");
+    assert_eq!(stalled.reason, "GroupScaleDownRefused");
+    assert!(
+        stalled.message.contains("orders-broker-2"),
+        "{}",
+        stalled.message
+    );
+    assert_eq!(cond(&status, "Ready").status, "False");
+    assert_eq!(cond(&status, "Reconciling").status, "False");
+    let warn = calls
+        .iter()
+        .find(|c| c.path.contains("/events"))
+        .expect("an event");
+    assert_eq!(warn.body["type"], "Warning");
+    assert_eq!(warn.body["reason"], "GroupScaleDownRefused");
+}
+
+#[tokio::test]
+async fn storage_change_freezes_the_group_with_stalled() {
+    let old = cluster(1, 1);
+    let scenario = Scenario {
+        existing: vec![existing_group(&old, 0)],
+        ..Default::default()
+    };
+    let mut bigger = cluster(1, 1);
+    bigger.spec.broker.storage.size = "20Gi".into();
+    let (result, calls, _) = run(bigger, scenario).await;
+    assert!(result.is_ok());
+    assert!(!summary(&calls)
+        .iter()
+        .any(|c| c.contains("statefulsets/orders-broker-0")));
+    assert_eq!(
+        cond(&status_of(&calls), "Stalled").reason,
+        "StorageChangeRefused"
+    );
+}
+
+#[tokio::test]
+async fn unparseable_config_override_stalls_without_touching_brokers() {
+    let mut mqc = cluster(1, 1);
+    mqc.spec
+        .broker
+        .config
+        .insert("broker.delay-levels".into(), "1s 5s".into());
+    let (result, calls, _) = run(mqc, Scenario::default()).await;
+    assert_eq!(result.unwrap(), Action::requeue(IDLE_REQUEUE));
+    assert!(!summary(&calls).iter().any(|c| c.contains("broker-0")));
+    let status = status_of(&calls);
+    assert_eq!(cond(&status, "Stalled").reason, "InvalidConfig");
+    assert!(cond(&status, "Stalled")
+        .message
+        .contains("broker.delay-levels"));
+}
+
+#[tokio::test]
+async fn paused_cluster_changes_nothing_but_its_status() {
+    let mut mqc = cluster(2, 1);
+    mqc.metadata.annotations = Some([(PAUSE_ANNOTATION.to_string(), "true".to_string())].into());
+    let (result, calls, _) = run(mqc, Scenario::default()).await;
+    assert_eq!(result.unwrap(), Action::await_change());
+    let s = summary(&calls);
+    assert_eq!(
+        s.iter().filter(|c| c.starts_with("PATCH")).count(),
+        1,
+        "{s:?}"
+    );
+    let status = status_of(&calls);
+    assert_eq!(cond(&status, "Paused").status, "True");
+    assert_eq!(cond(&status, "Reconciling").status, "False");
+    assert_eq!(status.observed_generation, Some(1));
+}
+
+#[tokio::test]
+async fn api_errors_back_off_exponentially_and_reset_on_success() {
+    let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+    let client = kube::Client::new(service, "default");
+    let server = tokio::spawn(async move {
+        while let Some((_request, responder)) = handle.next_request().await {
+            let status = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                "message": "etcd unavailable", "reason": "InternalError", "code": 500});
+            responder.send_response(
+                Response::builder()
+                    .status(500)
+                    .body(Body::from(serde_json::to_vec(&status).unwrap()))
+                    .unwrap(),
+            );
+        }
+    });
+    let ctx = Arc::new(Context::new(client, None));
+    let mqc = Arc::new(cluster(1, 1));
+    let err = reconcile(mqc.clone(), ctx.clone()).await.unwrap_err();
+    let delays: Vec<Action> = (0..8)
+        .map(|_| error_policy(mqc.clone(), &err, ctx.clone()))
+        .collect();
+    let secs = [5, 10, 20, 40, 80, 160, 300, 300];
+    for (a, s) in delays.iter().zip(secs) {
+        assert_eq!(*a, Action::requeue(Duration::from_secs(s)));
+    }
+    ctx.reset_backoff(&mqc);
+    assert_eq!(error_policy(mqc, &err, ctx), Action::requeue(BASE_BACKOFF));
+    server.abort();
+}
+
+#[test]
+fn statefulset_readiness_needs_current_generation_and_all_pods() {
+    let mqc = cluster(1, 2);
+    let mut sts = existing_group(&mqc, 0);
+    assert!(!statefulset_ready(&sts), "no status yet");
+    sts.metadata.generation = Some(2);
+    sts.status = Some(StatefulSetStatus {
+        observed_generation: Some(1),
+        replicas: 2,
+        ready_replicas: Some(2),
+        updated_replicas: Some(2),
+        ..Default::default()
+    });
+    assert!(!statefulset_ready(&sts), "stale generation");
+    sts.status.as_mut().unwrap().observed_generation = Some(2);
+    assert!(statefulset_ready(&sts));
+    sts.status.as_mut().unwrap().updated_replicas = Some(1);
+    assert!(!statefulset_ready(&sts), "rolling");
+}
