@@ -27,8 +27,9 @@ CGO_ENABLED=0 go build -trimpath -o "$BIN/kube-apiserver.tmp" \
 mv "$BIN/kube-apiserver.tmp" "$BIN/kube-apiserver"
 t1=$(date +%s)
 # etcd from the same module graph (the client version the apiserver was built against).
-ETCD_VER=$(go list -m -f '{{.Version}}' go.etcd.io/etcd/server/v3 2>/dev/null || true)
-[ -n "$ETCD_VER" ] || { go get go.etcd.io/etcd/server/v3 >&2; ETCD_VER=$(go list -m -f '{{.Version}}' go.etcd.io/etcd/server/v3); }
+# The etcd client version the apiserver is built against; build the server of that version.
+ETCD_VER=$(go list -m -f '{{.Version}}' go.etcd.io/etcd/client/v3)
+go get "go.etcd.io/etcd/server/v3@$ETCD_VER" >&2
 echo "build-apiserver: etcd $ETCD_VER" >&2
 CGO_ENABLED=0 go build -trimpath -o "$BIN/etcd.tmp" -ldflags "-s -w" go.etcd.io/etcd/server/v3 >&2
 mv "$BIN/etcd.tmp" "$BIN/etcd"
