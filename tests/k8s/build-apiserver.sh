@@ -7,7 +7,9 @@ K8S="${CONVEYOR_K8S_VERSION:-1.35.4}"
 CACHE="${CONVEYOR_CACHE:-$HOME/.cache/conveyor}"
 W="$CACHE/k8s/$K8S"
 BIN="$W/bin"
-if [ -x "$BIN/kube-apiserver" ] && [ -x "$BIN/etcd" ]; then echo "$BIN"; exit 0; fi
+if [ -x "$BIN/kube-apiserver" ] && [ -x "$BIN/etcd" ] && { [ -z "${WITH_CONTROLLER_MANAGER:-}" ] || [ -x "$BIN/kube-controller-manager" ]; }; then
+  echo "$BIN"; exit 0
+fi
 command -v go >/dev/null || { echo "build-apiserver: go not found" >&2; exit 2; }
 export GOMODCACHE="${GOMODCACHE:-$CACHE/go/mod}"
 export GOFLAGS="${GOFLAGS:--buildvcs=false}"
@@ -25,6 +27,15 @@ CGO_ENABLED=0 go build -trimpath -o "$BIN/kube-apiserver.tmp" \
   -ldflags "-s -w -X k8s.io/component-base/version.gitVersion=v$K8S -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$MINOR" \
   k8s.io/kubernetes/cmd/kube-apiserver >&2
 mv "$BIN/kube-apiserver.tmp" "$BIN/kube-apiserver"
+if [ -n "${WITH_CONTROLLER_MANAGER:-}" ]; then
+  # Only for the garbage collector (cascading deletion through owner references).
+  go get "k8s.io/kubernetes/cmd/kube-controller-manager@v$K8S" >&2
+  CGO_ENABLED=0 go build -trimpath -o "$BIN/kube-controller-manager.tmp" \
+    -ldflags "-s -w -X k8s.io/component-base/version.gitVersion=v$K8S -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$MINOR" \
+    k8s.io/kubernetes/cmd/kube-controller-manager >&2
+  mv "$BIN/kube-controller-manager.tmp" "$BIN/kube-controller-manager"
+  echo "build-apiserver: kube-controller-manager in $(( $(date +%s) - start )) s since start" >&2
+fi
 t1=$(date +%s)
 # etcd from the same module graph (the client version the apiserver was built against).
 # The etcd client version the apiserver is built against; build the server of that version.

@@ -1,0 +1,29 @@
+# One image with `conveyor` (name server / broker / standalone) and `conveyor-operator`.
+# Build: buildah bud -t localhost/conveyor:0.1.0 .   (or docker build)
+# The final stage is FROM scratch: the two binaries plus the C runtime they link, no shell.
+ARG RUST_IMAGE=docker.io/library/rust:1.95-bookworm
+
+FROM ${RUST_IMAGE} AS build
+WORKDIR /src
+COPY . .
+# Statically linked glibc binaries (static-pie): the final stage needs no libraries.
+ENV RUSTFLAGS="-C target-feature=+crt-static" \
+    CARGO_TARGET_DIR=/src/target-image
+RUN cargo build --release --locked --target x86_64-unknown-linux-gnu \
+        -p conveyor -p conveyor-operator \
+    && mkdir -p /out/bin /out/data /out/tmp \
+    && cp target-image/x86_64-unknown-linux-gnu/release/conveyor \
+          target-image/x86_64-unknown-linux-gnu/release/conveyor-operator /out/bin/
+
+FROM scratch
+LABEL org.opencontainers.image.title="conveyor" \
+      org.opencontainers.image.description="Conveyor message queue and its Kubernetes operator" \
+      org.opencontainers.image.licenses="Apache-2.0"
+COPY --from=build /out/bin/ /usr/local/bin/
+COPY --from=build --chown=10001:10001 /out/data /var/lib/conveyor
+COPY --from=build --chown=10001:10001 /out/tmp /tmp
+USER 10001:10001
+WORKDIR /var/lib/conveyor
+EXPOSE 9876 10911 8080
+ENTRYPOINT ["/usr/local/bin/conveyor"]
+CMD ["standalone", "--data-dir", "/var/lib/conveyor"]
