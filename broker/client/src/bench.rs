@@ -199,42 +199,15 @@ pub async fn produce(config: &ProduceConfig) -> Result<Stats> {
         p.publish_queues(&config.topic).await?; // resolve the route before timing
         producers.push(p);
     }
-    let start = Instant::now();
-    let budget = Arc::new(Budget::new(config.limit, start));
-    let mut tasks = Vec::new();
-    for p in &producers {
-        for _ in 0..config.in_flight {
-            let p = p.clone();
-            let budget = budget.clone();
-            let msg = Message::new(config.topic.clone(), body.clone());
-            tasks.push(tokio::spawn(async move {
-                let mut s = Stats::default();
-                while budget.take() {
-                    let t0 = Instant::now();
-                    match p.send(&msg).await {
-                        Ok(_) => {
-                            s.latency.record(t0.elapsed());
-                            s.msgs += 1;
-                            s.bytes += msg.body.len() as u64;
-                        }
-                        Err(e) => {
-                            s.error(&e);
-                            tokio::time::sleep(ERROR_BACKOFF).await;
-                        }
-                    }
-                }
-                s
-            }));
-        }
-    }
-    let mut total = Stats::default();
-    for t in tasks {
-        match t.await {
-            Ok(s) => total.add(s),
-            Err(e) => warn!(error = %e, "producer task failed"),
-        }
-    }
-    total.elapsed = start.elapsed();
+    let msg = Message::new(config.topic.clone(), body);
+    let total = drive(
+        &producers,
+        config.in_flight,
+        config.limit,
+        msg,
+        |p, m| async move { p.send(&m).await.map(|_| ()) },
+    )
+    .await;
     for p in &producers {
         p.close();
     }
@@ -519,4 +492,230 @@ mod tests {
         let b = Budget::new(Limit::Duration(Duration::ZERO), Instant::now());
         assert!(!b.take());
     }
+}
+
+/// Runs `op` with `in_flight` concurrent tasks per producer until `limit`, collecting stats.
+async fn drive<F, Fut>(
+    producers: &[Arc<Producer>],
+    in_flight: usize,
+    limit: Limit,
+    msg: Message,
+    op: F,
+) -> Stats
+where
+    F: Fn(Arc<Producer>, Message) -> Fut + Clone + Send + Sync + 'static,
+    Fut: std::future::Future<Output = Result<()>> + Send,
+{
+    let start = Instant::now();
+    let budget = Arc::new(Budget::new(limit, start));
+    let mut tasks = Vec::new();
+    for p in producers {
+        for _ in 0..in_flight {
+            let (p, budget, msg, op) = (p.clone(), budget.clone(), msg.clone(), op.clone());
+            tasks.push(tokio::spawn(async move {
+                let mut s = Stats::default();
+                while budget.take() {
+                    let t0 = Instant::now();
+                    match op(p.clone(), msg.clone()).await {
+                        Ok(()) => {
+                            s.latency.record(t0.elapsed());
+                            s.msgs += 1;
+                            s.bytes += msg.body.len() as u64;
+                        }
+                        Err(e) => {
+                            s.error(&e);
+                            tokio::time::sleep(ERROR_BACKOFF).await;
+                        }
+                    }
+                }
+                s
+            }));
+        }
+    }
+    let mut total = Stats::default();
+    for t in tasks {
+        match t.await {
+            Ok(s) => total.add(s),
+            Err(e) => warn!(error = %e, "load task failed"),
+        }
+    }
+    total.elapsed = start.elapsed();
+    total
+}
+
+async fn bench_producers(
+    namesrv: &str,
+    group: &str,
+    topic: &str,
+    n: usize,
+) -> Result<Vec<Arc<Producer>>> {
+    let mut producers = Vec::with_capacity(n);
+    for _ in 0..n {
+        let p = Arc::new(Producer::new(ProducerConfig::new(
+            namesrv.to_string(),
+            group.to_string(),
+        ))?);
+        p.publish_queues(topic).await?;
+        producers.push(p);
+    }
+    Ok(producers)
+}
+
+/// Settings of [`transactions`].
+#[derive(Debug, Clone)]
+pub struct TransactionConfig {
+    /// Name servers.
+    pub namesrv: String,
+    /// Topic.
+    pub topic: String,
+    /// Producer/consumer group.
+    pub group: String,
+    /// Body size in bytes.
+    pub message_size: usize,
+    /// Producers (one connection each).
+    pub producers: usize,
+    /// Concurrent operations per producer.
+    pub in_flight: usize,
+    /// Messages to send.
+    pub count: u64,
+}
+
+/// Transactional sends: each unit is a half message followed by its commit.
+pub async fn transactions(config: &TransactionConfig) -> Result<Stats> {
+    let producers = bench_producers(
+        &config.namesrv,
+        &config.group,
+        &config.topic,
+        config.producers.max(1),
+    )
+    .await?;
+    let msg = Message::new(
+        config.topic.clone(),
+        Bytes::from(vec![b't'; config.message_size]),
+    );
+    let stats = drive(
+        &producers,
+        config.in_flight.max(1),
+        Limit::Count(config.count),
+        msg,
+        |p, m| async move {
+            let half = p.send_half(&m).await?;
+            p.end_transaction(&half, true).await
+        },
+    )
+    .await;
+    for p in &producers {
+        p.close();
+    }
+    Ok(stats)
+}
+
+/// Settings of [`delayed`].
+#[derive(Debug, Clone)]
+pub struct DelayConfig {
+    /// Name servers.
+    pub namesrv: String,
+    /// Topic.
+    pub topic: String,
+    /// Producer/consumer group.
+    pub group: String,
+    /// Body size in bytes.
+    pub message_size: usize,
+    /// Producers (one connection each).
+    pub producers: usize,
+    /// Concurrent operations per producer.
+    pub in_flight: usize,
+    /// Messages to send.
+    pub count: u64,
+    /// Delay level of every message.
+    pub level: i32,
+    /// The level's delay (to check that nothing arrives early).
+    pub delay: Duration,
+    /// Give up waiting for deliveries after this long.
+    pub max_wait: Duration,
+}
+
+/// What [`delayed`] measured.
+#[derive(Debug, Clone)]
+pub struct DelayStats {
+    /// Scheduling (the sends).
+    pub scheduled: Stats,
+    /// Messages delivered to the topic.
+    pub delivered: u64,
+    /// From the first to the last delivery.
+    pub delivery_window: Duration,
+    /// Deliveries stored before born time + delay (must be 0).
+    pub early: u64,
+    /// Largest delivery time minus (born time + delay).
+    pub max_lateness: Duration,
+}
+
+/// Schedules `count` messages at one delay level, then drains their deliveries.
+pub async fn delayed(config: &DelayConfig) -> Result<DelayStats> {
+    let producers = bench_producers(
+        &config.namesrv,
+        &config.group,
+        &config.topic,
+        config.producers.max(1),
+    )
+    .await?;
+    let consumer = PullConsumer::new(PullConsumerConfig::new(
+        config.namesrv.clone(),
+        config.group.clone(),
+    ))?;
+    consumer.subscribe(&config.topic, "*")?;
+    let queues = consumer.fetch_queues(&config.topic).await?;
+    let mut offsets = Vec::with_capacity(queues.len());
+    for q in &queues {
+        offsets.push(consumer.max_offset(q).await?);
+    }
+    let msg = Message::new(
+        config.topic.clone(),
+        Bytes::from(vec![b'd'; config.message_size]),
+    )
+    .with_delay_level(config.level);
+    let scheduled = drive(
+        &producers,
+        config.in_flight.max(1),
+        Limit::Count(config.count),
+        msg,
+        |p, m| async move { p.send(&m).await.map(|_| ()) },
+    )
+    .await;
+    for p in &producers {
+        p.close();
+    }
+    let delay_ms = config.delay.as_millis() as i64;
+    let deadline = Instant::now() + config.delay + config.max_wait;
+    let (mut delivered, mut early, mut max_late) = (0u64, 0u64, 0i64);
+    let (mut first, mut last) = (None::<i64>, 0i64);
+    while delivered < scheduled.msgs && Instant::now() < deadline {
+        let mut got_any = false;
+        for (q, offset) in queues.iter().zip(offsets.iter_mut()) {
+            let r = consumer.pull(q, *offset, 256, Duration::ZERO).await?;
+            *offset = (*offset).max(r.next_begin_offset);
+            for m in &r.messages {
+                got_any = true;
+                delivered += 1;
+                let late = m.store_timestamp - (m.born_timestamp + delay_ms);
+                if late < 0 {
+                    early += 1;
+                }
+                max_late = max_late.max(late);
+                first = Some(first.map_or(m.store_timestamp, |f: i64| f.min(m.store_timestamp)));
+                last = last.max(m.store_timestamp);
+            }
+        }
+        if !got_any {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    consumer.close();
+    Ok(DelayStats {
+        scheduled,
+        delivered,
+        delivery_window: Duration::from_millis((last - first.unwrap_or(last)).max(0) as u64),
+        early,
+        max_lateness: Duration::from_millis(max_late.max(0) as u64),
+    })
 }

@@ -389,6 +389,69 @@ impl Producer {
         }
     }
 
+    /// Sends a transactional half message: stored, but invisible to consumers until
+    /// [`Producer::end_transaction`] commits it (or the broker's check-back resolves it).
+    pub async fn send_half(&self, msg: &Message) -> Result<SendResult> {
+        msg.validate().map_err(ClientError::InvalidArgument)?;
+        let info = self.publish_info(&msg.topic).await?;
+        let queue = self
+            .selector
+            .select(&info.queues, None)
+            .cloned()
+            .ok_or_else(|| ClientError::NoRoute {
+                topic: msg.topic.clone(),
+            })?;
+        let uniq = self.new_uniq_id();
+        let mut props = msg.wire_properties(Some(&uniq));
+        props.insert(keys::TRANSACTION_PREPARED, "true");
+        props.insert(keys::PRODUCER_GROUP, self.config.group.clone());
+        let addr = broker_addr(&info, &queue)?;
+        let mut header = self.header(&msg.topic, &queue, msg.flag, &props, false);
+        header.sys_flag = conveyor_protocol::sysflag::TRANSACTION_PREPARED_TYPE;
+        let request =
+            RemotingCommand::request(request_code::SEND_MESSAGE_V2, header.to_ext_fields())
+                .with_body(msg.body.clone());
+        let response = self
+            .remoting
+            .invoke_timeout(addr, request, self.config.send_timeout)
+            .await?;
+        parse_send_response(response, &queue, uniq)
+    }
+
+    /// Commits (`true`) or rolls back a half message sent with [`Producer::send_half`].
+    pub async fn end_transaction(&self, half: &SendResult, commit: bool) -> Result<()> {
+        let (_, phys) = conveyor_protocol::message::parse_offset_msg_id(&half.offset_msg_id)
+            .ok_or_else(|| {
+                ClientError::InvalidArgument(format!(
+                    "bad offset message id {:?}",
+                    half.offset_msg_id
+                ))
+            })?;
+        let info = self.publish_info(&half.queue.topic).await?;
+        let addr = broker_addr(&info, &half.queue)?;
+        let decision = if commit {
+            conveyor_protocol::sysflag::TRANSACTION_COMMIT_TYPE
+        } else {
+            conveyor_protocol::sysflag::TRANSACTION_ROLLBACK_TYPE
+        };
+        let request = RemotingCommand::request(request_code::END_TRANSACTION, ExtFields::new())
+            .with_ext("producerGroup", &self.config.group)
+            .with_ext("tranStateTableOffset", half.queue_offset)
+            .with_ext("commitLogOffset", phys)
+            .with_ext("commitOrRollback", decision)
+            .with_ext("fromTransactionCheck", "false")
+            .with_ext("msgId", &half.msg_id)
+            .with_ext(
+                "transactionId",
+                half.transaction_id.as_deref().unwrap_or(&half.msg_id),
+            );
+        let response = self
+            .remoting
+            .invoke_timeout(addr, request, self.config.send_timeout)
+            .await?;
+        crate::remoting::expect_success(response).map(|_| ())
+    }
+
     fn header(
         &self,
         topic: &str,

@@ -149,6 +149,9 @@ impl Running {
     /// Graceful stop: stop accepting, finish requests in flight, unregister, persist offsets,
     /// flush and close the store.
     pub async fn stop(mut self) {
+        if let Some(broker) = &self.broker {
+            broker.begin_stop();
+        }
         self.shutdown.cancel();
         while self.tasks.join_next().await.is_some() {}
         if let Some(broker) = self.broker.take() {

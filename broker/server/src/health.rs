@@ -105,11 +105,11 @@ impl HealthState {
             ),
             &["group", "topic", "queue"],
         ) {
-            for g in b.groups.all() {
-                for (topic, queue, offset) in b.offsets.offsets_of_group(&g.group_name) {
+            for group in b.offsets.groups() {
+                for (topic, queue, offset) in b.offsets.offsets_of_group(&group) {
                     let backlog = (b.store.max_offset(&topic, queue) - offset).max(0);
                     lag.with_label_values(&[
-                        g.group_name.as_str(),
+                        group.as_str(),
                         topic.as_str(),
                         queue.to_string().as_str(),
                     ])

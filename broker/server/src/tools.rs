@@ -53,6 +53,45 @@ pub enum BenchCommand {
         #[arg(long, default_value_t = 256)]
         batch: i32,
     },
+    /// Schedule messages at one delay level, then drain their deliveries.
+    Delay {
+        #[command(flatten)]
+        target: Target,
+        #[arg(long, default_value = "BenchDelay")]
+        topic: String,
+        #[arg(long, default_value_t = 100_000)]
+        count: u64,
+        /// Delay level of every message.
+        #[arg(long, default_value_t = 1)]
+        level: i32,
+        /// The broker's delay levels (to know the level's delay).
+        #[arg(
+            long,
+            default_value = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
+        )]
+        delay_levels: String,
+        #[arg(long, default_value_t = 256)]
+        size: usize,
+        #[arg(long, default_value_t = 4)]
+        producers: usize,
+        #[arg(long, default_value_t = 32)]
+        in_flight: usize,
+    },
+    /// Transactional sends: half message + commit per unit.
+    Transaction {
+        #[command(flatten)]
+        target: Target,
+        #[arg(long, default_value = "BenchTx")]
+        topic: String,
+        #[arg(long, default_value_t = 50_000)]
+        count: u64,
+        #[arg(long, default_value_t = 1024)]
+        size: usize,
+        #[arg(long, default_value_t = 4)]
+        producers: usize,
+        #[arg(long, default_value_t = 32)]
+        in_flight: usize,
+    },
     /// Time from a send to the return of an idle consumer's long poll.
     LongPoll {
         #[command(flatten)]
@@ -115,7 +154,15 @@ fn print_stats(what: &str, s: &Stats) {
 
 pub async fn bench(cmd: BenchCommand) -> anyhow::Result<()> {
     match cmd {
-        BenchCommand::Produce { target, topic, size, producers, in_flight, duration, count } => {
+        BenchCommand::Produce {
+            target,
+            topic,
+            size,
+            producers,
+            in_flight,
+            duration,
+            count,
+        } => {
             let mut c = ProduceConfig::new(target.namesrv_addr, topic);
             c.message_size = size;
             c.producers = producers;
@@ -127,17 +174,89 @@ pub async fn bench(cmd: BenchCommand) -> anyhow::Result<()> {
             let s = bench::produce(&c).await.context("produce benchmark")?;
             print_stats("produce", &s);
         }
-        BenchCommand::Consume { target, topic, consumers, batch } => {
+        BenchCommand::Consume {
+            target,
+            topic,
+            consumers,
+            batch,
+        } => {
             let mut c = ConsumeConfig::new(target.namesrv_addr, topic);
             c.consumers = consumers;
             c.batch = batch;
             let s = bench::consume(&c).await.context("consume benchmark")?;
             print_stats("consume", &s);
         }
-        BenchCommand::LongPoll { target, topic, trials } => {
+        BenchCommand::Delay {
+            target,
+            topic,
+            count,
+            level,
+            delay_levels,
+            size,
+            producers,
+            in_flight,
+        } => {
+            let levels = conveyor::broker::send::parse_delay_levels(&delay_levels);
+            let delay = levels
+                .get((level.clamp(1, levels.len().max(1) as i32) - 1) as usize)
+                .copied()
+                .context("no delay levels given")?;
+            let c = bench::DelayConfig {
+                namesrv: target.namesrv_addr,
+                topic,
+                group: "conveyor-bench-delay".into(),
+                message_size: size,
+                producers,
+                in_flight,
+                count,
+                level,
+                delay,
+                max_wait: Duration::from_secs(120),
+            };
+            let s = bench::delayed(&c).await.context("delay benchmark")?;
+            print_stats("schedule", &s.scheduled);
+            println!(
+                "delivery: {} of {} delivered over {:.2} s = {:.0} msgs/s; early deliveries {}; max lateness {} ms",
+                s.delivered,
+                s.scheduled.msgs,
+                s.delivery_window.as_secs_f64(),
+                s.delivered as f64 / s.delivery_window.as_secs_f64().max(1e-3),
+                s.early,
+                s.max_lateness.as_millis()
+            );
+        }
+        BenchCommand::Transaction {
+            target,
+            topic,
+            count,
+            size,
+            producers,
+            in_flight,
+        } => {
+            let c = bench::TransactionConfig {
+                namesrv: target.namesrv_addr,
+                topic,
+                group: "conveyor-bench-tx".into(),
+                message_size: size,
+                producers,
+                in_flight,
+                count,
+            };
+            let s = bench::transactions(&c)
+                .await
+                .context("transaction benchmark")?;
+            print_stats("transactions (half + commit)", &s);
+        }
+        BenchCommand::LongPoll {
+            target,
+            topic,
+            trials,
+        } => {
             let mut c = LongPollConfig::new(target.namesrv_addr, topic);
             c.trials = trials;
-            let s = bench::long_poll_latency(&c).await.context("long-poll benchmark")?;
+            let s = bench::long_poll_latency(&c)
+                .await
+                .context("long-poll benchmark")?;
             println!(
                 "long poll wake-up over {} trials: min {:.2} ms, median {:.2} ms, max {:.2} ms",
                 s.samples.len(),
@@ -168,9 +287,14 @@ pub async fn admin(cmd: AdminCommand) -> anyhow::Result<()> {
         }
         AdminCommand::Topics { target } => {
             let admin = Admin::new(&target.namesrv_addr)?;
-            println!("{:<40} {:<12} {:<6} {:>12} {:>12}", "topic", "broker", "queue", "min", "max");
+            println!(
+                "{:<40} {:<12} {:<6} {:>12} {:>12}",
+                "topic", "broker", "queue", "min", "max"
+            );
             for topic in admin.topic_list().await? {
-                let Ok(status) = admin.topic_status(&topic).await else { continue };
+                let Ok(status) = admin.topic_status(&topic).await else {
+                    continue;
+                };
                 for q in status {
                     println!(
                         "{topic:<40} {:<12} {:<6} {:>12} {:>12}",
@@ -179,15 +303,32 @@ pub async fn admin(cmd: AdminCommand) -> anyhow::Result<()> {
                 }
             }
         }
-        AdminCommand::CreateTopic { target, topic, queues, cluster } => {
+        AdminCommand::CreateTopic {
+            target,
+            topic,
+            queues,
+            cluster,
+        } => {
             let admin = Admin::new(&target.namesrv_addr)?;
-            let brokers = admin.create_topic(&cluster, &TopicSpec::new(&topic, queues)).await?;
-            println!("created {topic} with {queues} queues on {}", brokers.join(", "));
+            let brokers = admin
+                .create_topic(&cluster, &TopicSpec::new(&topic, queues))
+                .await?;
+            println!(
+                "created {topic} with {queues} queues on {}",
+                brokers.join(", ")
+            );
         }
-        AdminCommand::Group { target, group, topic } => {
+        AdminCommand::Group {
+            target,
+            group,
+            topic,
+        } => {
             let admin = Admin::new(&target.namesrv_addr)?;
             let p = admin.consumer_progress(&group, &topic).await?;
-            println!("{:<12} {:<6} {:>14} {:>14} {:>10}", "broker", "queue", "broker offset", "group offset", "backlog");
+            println!(
+                "{:<12} {:<6} {:>14} {:>14} {:>10}",
+                "broker", "queue", "broker offset", "group offset", "backlog"
+            );
             for q in &p.queues {
                 println!(
                     "{:<12} {:<6} {:>14} {:>14} {:>10}",

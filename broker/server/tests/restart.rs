@@ -154,8 +154,6 @@ async fn offsets_messages_and_topics_survive_a_restart() {
 /// A graceful stop should not wait out the suspend timeout of pulls being held: RocketMQ
 /// clients hold pulls for 15–30 s, longer than many orchestrators' stop grace periods.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "broker issue: Running::stop (and so SIGTERM) waits until every held long-poll pull \
-            reaches its suspend timeout (up to 60 s) before the process stops"]
 async fn stop_is_not_delayed_by_held_pulls() {
     let mut server = TestServer::start().await;
     let q = server.create_topic("HeldAtStop", 1).await.remove(0);

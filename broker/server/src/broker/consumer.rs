@@ -22,10 +22,13 @@ use crate::remoting::{error_response, Connection};
 /// How long an orderly consumer's queue lock lives without renewal (RocketMQ: 60 s).
 pub const LOCK_LEASE: Duration = Duration::from_secs(60);
 
-/// Queue locks of orderly consumers: (group, queue) → (client id, last renewal).
+/// Owner client id and last renewal of each locked queue.
+type LockTable = HashMap<MessageQueue, (String, Instant)>;
+
+/// Queue locks of orderly consumers, per group.
 #[derive(Default)]
 pub struct QueueLocks {
-    table: Mutex<HashMap<String, HashMap<MessageQueue, (String, Instant)>>>,
+    table: Mutex<HashMap<String, LockTable>>,
 }
 
 impl QueueLocks {

@@ -145,6 +145,8 @@ pub struct Broker {
     send_slots: Semaphore,
     started: Instant,
     boot_timestamp: i64,
+    /// Cancelled when the process begins to stop: held pulls answer at once.
+    stopping: CancellationToken,
 }
 
 /// Why the broker could not start.
@@ -233,6 +235,7 @@ impl Broker {
             registered: AtomicBool::new(false),
             started: Instant::now(),
             boot_timestamp: now_ms(),
+            stopping: CancellationToken::new(),
         }))
     }
 
@@ -244,6 +247,12 @@ impl Broker {
     /// True once a registration with some name server succeeded.
     pub fn is_registered(&self) -> bool {
         self.registered.load(Ordering::Acquire)
+    }
+
+    /// Begins stopping: long polls in flight are answered right away instead of holding the
+    /// shutdown until their suspend timeout.
+    pub fn begin_stop(&self) {
+        self.stopping.cancel();
     }
 
     /// True when the store uses SYNC_FLUSH.

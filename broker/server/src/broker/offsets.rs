@@ -81,6 +81,18 @@ impl ConsumerOffsetManager {
         out
     }
 
+    /// Every group with committed offsets.
+    pub fn groups(&self) -> Vec<String> {
+        let table = self.table.lock().unwrap_or_else(|e| e.into_inner());
+        let mut groups: Vec<String> = table
+            .keys()
+            .filter_map(|k| k.split_once('@').map(|(_, g)| g.to_string()))
+            .collect();
+        groups.sort();
+        groups.dedup();
+        groups
+    }
+
     /// Groups with committed offsets for `topic`.
     pub fn groups_of_topic(&self, topic: &str) -> Vec<String> {
         let prefix = format!("{topic}@");

@@ -215,10 +215,11 @@ impl Broker {
                 .get_messages(topic, queue_id, offset, max_count, max_bytes, &filter);
             let (code, next) = pull_code(&r, offset);
             if code == resp::PULL_NOT_FOUND && may_hold && Instant::now() < deadline {
-                if tokio::time::timeout_at(deadline.into(), arrived)
-                    .await
-                    .is_ok()
-                {
+                let woken = tokio::select! {
+                    r = tokio::time::timeout_at(deadline.into(), arrived) => r.is_ok(),
+                    _ = self.stopping.cancelled() => false,
+                };
+                if woken {
                     continue;
                 }
                 // Timed out: one last look, then answer.

@@ -74,10 +74,8 @@ impl Broker {
             }
         });
         let results = futures_util::future::join_all(calls).await;
-        if results.iter().any(|ok| *ok) {
-            if !self.registered.swap(true, Ordering::AcqRel) {
-                tracing::info!(broker = %self.config.advertised_addr, "registered with the name server(s)");
-            }
+        if results.iter().any(|ok| *ok) && !self.registered.swap(true, Ordering::AcqRel) {
+            tracing::info!(broker = %self.config.advertised_addr, "registered with the name server(s)");
         }
     }
 

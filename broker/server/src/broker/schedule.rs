@@ -186,11 +186,12 @@ impl Broker {
                 }
                 offset = qo + 1;
             }
-            // Skips entries retention removed (the store says where reading can resume).
-            offset = offset.max(
-                r.next_begin_offset
-                    .min(self.store.max_offset(SCHEDULE_TOPIC, queue_id)),
-            );
+            if r.messages.is_empty() {
+                // Skips entries retention removed (the store says where reading can resume);
+                // never past messages that were read but are not due yet.
+                let max = self.store.max_offset(SCHEDULE_TOPIC, queue_id);
+                offset = offset.max(r.next_begin_offset.min(max));
+            }
             self.schedule.set(level, offset);
             let wait = match head_due_in {
                 Some(w) => w,

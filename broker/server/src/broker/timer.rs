@@ -183,9 +183,7 @@ impl Broker {
                     None => return None,
                 }
             };
-            let Some(Reverse((due, qo, phys))) = next else {
-                return None;
-            };
+            let Reverse((due, qo, phys)) = next?;
             match self.deliver_timer(phys) {
                 Ok(()) => self
                     .timer
