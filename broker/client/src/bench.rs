@@ -131,6 +131,9 @@ pub struct ProduceConfig {
     pub limit: Limit,
     /// Limit per send.
     pub send_timeout: Duration,
+    /// Messages per request: 1 sends singles (SEND_MESSAGE_V2), more sends batches
+    /// (SEND_BATCH_MESSAGE).
+    pub batch: usize,
 }
 
 impl ProduceConfig {
@@ -145,6 +148,7 @@ impl ProduceConfig {
             in_flight: 16,
             limit: Limit::Duration(Duration::from_secs(10)),
             send_timeout: Duration::from_secs(3),
+            batch: 1,
         }
     }
 }
@@ -200,12 +204,20 @@ pub async fn produce(config: &ProduceConfig) -> Result<Stats> {
         producers.push(p);
     }
     let msg = Message::new(config.topic.clone(), body);
+    let batch = config.batch.max(1);
     let total = drive(
         &producers,
         config.in_flight,
         config.limit,
         msg,
-        |p, m| async move { p.send(&m).await.map(|_| ()) },
+        move |p, m| async move {
+            if batch == 1 {
+                p.send(&m).await.map(|_| 1)
+            } else {
+                let msgs = vec![m; batch];
+                p.send_batch(&msgs).await.map(|_| batch as u64)
+            }
+        },
     )
     .await;
     for p in &producers {
@@ -504,7 +516,7 @@ async fn drive<F, Fut>(
 ) -> Stats
 where
     F: Fn(Arc<Producer>, Message) -> Fut + Clone + Send + Sync + 'static,
-    Fut: std::future::Future<Output = Result<()>> + Send,
+    Fut: std::future::Future<Output = Result<u64>> + Send,
 {
     let start = Instant::now();
     let budget = Arc::new(Budget::new(limit, start));
@@ -517,10 +529,10 @@ where
                 while budget.take() {
                     let t0 = Instant::now();
                     match op(p.clone(), msg.clone()).await {
-                        Ok(()) => {
+                        Ok(n) => {
                             s.latency.record(t0.elapsed());
-                            s.msgs += 1;
-                            s.bytes += msg.body.len() as u64;
+                            s.msgs += n;
+                            s.bytes += n * msg.body.len() as u64;
                         }
                         Err(e) => {
                             s.error(&e);
@@ -600,7 +612,7 @@ pub async fn transactions(config: &TransactionConfig) -> Result<Stats> {
         msg,
         |p, m| async move {
             let half = p.send_half(&m).await?;
-            p.end_transaction(&half, true).await
+            p.end_transaction(&half, true).await.map(|_| 1)
         },
     )
     .await;
@@ -679,7 +691,7 @@ pub async fn delayed(config: &DelayConfig) -> Result<DelayStats> {
         config.in_flight.max(1),
         Limit::Count(config.count),
         msg,
-        |p, m| async move { p.send(&m).await.map(|_| ()) },
+        |p, m| async move { p.send(&m).await.map(|_| 1) },
     )
     .await;
     for p in &producers {

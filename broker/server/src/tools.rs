@@ -36,9 +36,12 @@ pub enum BenchCommand {
         /// Run time in seconds (ignored with --count).
         #[arg(long, default_value_t = 10)]
         duration: u64,
-        /// Number of messages instead of a duration.
+        /// Number of requests instead of a duration.
         #[arg(long)]
         count: Option<u64>,
+        /// Messages per request (more than 1 sends SEND_BATCH_MESSAGE batches).
+        #[arg(long, default_value_t = 1)]
+        batch: usize,
     },
     /// Drain a topic from the beginning (catch-up read).
     Consume {
@@ -162,8 +165,10 @@ pub async fn bench(cmd: BenchCommand) -> anyhow::Result<()> {
             in_flight,
             duration,
             count,
+            batch,
         } => {
             let mut c = ProduceConfig::new(target.namesrv_addr, topic);
+            c.batch = batch;
             c.message_size = size;
             c.producers = producers;
             c.in_flight = in_flight;
