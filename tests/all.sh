@@ -20,3 +20,10 @@ if [ -x tests/compat/run-against-standalone.sh ]; then
   echo "== real RocketMQ clients against conveyor standalone"
   tests/compat/run-against-standalone.sh
 fi
+
+if [ -x tests/k8s/e2e.sh ]; then
+  # Kubernetes operator: helm/schema/hadolint checks and the real kube-apiserver + etcd tests.
+  # Parts whose tools cannot be installed (no go, no npm/PyPI) are skipped with a message.
+  echo "== Kubernetes operator (tests/k8s/e2e.sh)"
+  tests/k8s/e2e.sh
+fi

@@ -16,6 +16,7 @@ ok()   { echo "  ok   $*"; PASS=$((PASS+1)); }
 bad()  { echo "  FAIL $*"; FAIL=$((FAIL+1)); }
 skip() { echo "  SKIP $*"; SKIP=$((SKIP+1)); }
 check() { local what=$1; shift; if "$@"; then ok "$what"; else bad "$what"; fi; }
+quiet() { "$@" >/dev/null; }
 
 TOOLS=$(tests/k8s/install-tools.sh)
 export PATH="$TOOLS:$PATH"
@@ -23,7 +24,7 @@ have() { [ -x "$TOOLS/$1" ] || command -v "$1" >/dev/null 2>&1; }
 
 echo "== static checks"
 if have helm; then
-  check "helm lint --strict" helm lint --strict charts/conveyor-operator >/dev/null
+  check "helm lint --strict" quiet helm lint --strict charts/conveyor-operator
   helm template conveyor charts/conveyor-operator --namespace conveyor-system --include-crds > "$CONVEYOR_CACHE/rendered.yaml"
   helm template conveyor charts/conveyor-operator --namespace conveyor-system --set watchNamespace=mq \
     --set leaderElection.enabled=false > "$CONVEYOR_CACHE/rendered-ns.yaml"
@@ -111,10 +112,10 @@ wait_for() { # wait_for SECONDS DESCRIPTION COMMAND...
   ok "$what"
 }
 
-check "CRD applies" K apply --server-side -f crds/ >/dev/null
+check "CRD applies" quiet K apply --server-side -f crds/
 wait_for 30 "CRD established" K wait --for=condition=Established crd/messagequeueclusters.conveyor.dev --timeout=5s
-check "example passes server-side dry-run" K apply --dry-run=server -f examples/messagequeuecluster.yaml >/dev/null
-check "example applies" K apply -f examples/messagequeuecluster.yaml >/dev/null
+check "example passes server-side dry-run" quiet K apply --dry-run=server -f examples/messagequeuecluster.yaml
+check "example applies" quiet K apply -f examples/messagequeuecluster.yaml
 
 "$OPERATOR" run --lease-namespace default --identity e2e-operator > "$D/operator.log" 2>&1 &
 OP_PID=$!; PIDS+=("$OP_PID")
