@@ -62,6 +62,10 @@ struct State {
 pub struct TransactionService {
     file: ConfigFile,
     state: Mutex<State>,
+    /// Held while a half message is decided (checked, written, marked), so two decisions
+    /// racing for one half (END_TRANSACTION vs. a check-back answer or the discard of the
+    /// check loop) cannot both act on it.
+    deciding: Mutex<()>,
 }
 
 impl TransactionService {
@@ -76,7 +80,20 @@ impl TransactionService {
                 half_scanned: p.half_checkpoint,
                 ..Default::default()
             }),
+            deciding: Mutex::new(()),
         })
+    }
+
+    fn deciding(&self) -> std::sync::MutexGuard<'_, ()> {
+        self.deciding.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// True when the half message at queue offset `half_offset` is decided: marked so, or
+    /// below the checkpoint (which the scan advances past decided offsets and then forgets
+    /// them).
+    fn is_decided(&self, half_offset: i64) -> bool {
+        let s = self.lock();
+        s.decided.contains(&half_offset) || half_offset < s.half_checkpoint
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
@@ -174,7 +191,8 @@ impl Broker {
                 "the transaction state table offset wrong",
             ));
         }
-        if self.transactions.lock().decided.contains(&queue_offset) {
+        let _deciding = self.transactions.deciding();
+        if self.transactions.is_decided(queue_offset) {
             // Already decided (a check-back answer racing the first END_TRANSACTION).
             return Ok(ok(req));
         }
@@ -403,6 +421,11 @@ impl Broker {
 
     /// Gives up on a half message checked too often: it goes to TRANS_CHECK_MAX_TIME_TOPIC.
     fn discard_half(&self, half_offset: i64, phys: u64) -> Result<(), conveyor_store::StoreError> {
+        let _deciding = self.transactions.deciding();
+        if self.transactions.is_decided(half_offset) {
+            // Decided since the check loop looked.
+            return Ok(());
+        }
         if let Some(record) = self.store.message_at(phys) {
             if let Ok(mut m) = RecordView::parse(&record).and_then(|v| v.to_message()) {
                 self.topics

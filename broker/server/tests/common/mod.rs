@@ -8,18 +8,22 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::BytesMut;
 use conveyor::app::{self, AppConfig, Role, Running};
-use conveyor::broker::BrokerConfig;
+use conveyor::broker::{Broker, BrokerConfig};
 use conveyor_client::admin::TopicSpec;
 use conveyor_client::{
     Admin, MessageQueue, Producer, ProducerConfig, PullConsumer, PullConsumerConfig,
 };
+use conveyor_protocol::code::request_code;
 use conveyor_protocol::command::RemotingCommand;
 use conveyor_protocol::frame::{encode_frame, FrameCodec};
-use conveyor_store::StoreConfig;
+use conveyor_protocol::message::{RecordView, StoredMessage};
+use conveyor_protocol::route::{HeartbeatData, ProducerData};
+use conveyor_store::{AcceptAll, StoreConfig};
 use tempfile::TempDir;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -48,10 +52,14 @@ pub fn config(dir: &Path) -> AppConfig {
     }
 }
 
+/// Adjusts the test configuration (kept across restarts).
+pub type Configure = Arc<dyn Fn(&mut AppConfig) + Send + Sync>;
+
 /// A running in-process server and the directory it stores into.
 pub struct TestServer {
     pub running: Option<Running>,
     pub dir: PathBuf,
+    configure: Option<Configure>,
     _tmp: Option<TempDir>,
 }
 
@@ -65,9 +73,27 @@ impl TestServer {
         s
     }
 
+    /// Like [`TestServer::start`], with `configure` applied to the configuration (also on
+    /// every [`TestServer::restart`]), e.g. to set `BrokerConfig` fields.
+    pub async fn start_with(configure: impl Fn(&mut AppConfig) + Send + Sync + 'static) -> Self {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dir = tmp.path().to_path_buf();
+        let mut s = Self::launch(&dir, Some(Arc::new(configure))).await;
+        s._tmp = Some(tmp);
+        s
+    }
+
     /// Starts on `dir` (kept by the caller) and waits until the broker is registered.
     pub async fn start_in(dir: &Path) -> Self {
-        let running = app::start(config(dir)).await.expect("start conveyor");
+        Self::launch(dir, None).await
+    }
+
+    async fn launch(dir: &Path, configure: Option<Configure>) -> Self {
+        let mut cfg = config(dir);
+        if let Some(f) = &configure {
+            f(&mut cfg);
+        }
+        let running = app::start(cfg).await.expect("start conveyor");
         let broker = running.broker.clone().expect("standalone runs a broker");
         wait_until("broker registered with the name server", DEADLINE, || {
             let b = broker.clone();
@@ -77,6 +103,7 @@ impl TestServer {
         Self {
             running: Some(running),
             dir: dir.to_path_buf(),
+            configure,
             _tmp: None,
         }
     }
@@ -112,8 +139,44 @@ impl TestServer {
     /// Stops, then starts again on the same directory (new ports).
     pub async fn restart(&mut self) {
         self.stop().await;
-        let again = Self::start_in(&self.dir).await;
+        let again = Self::launch(&self.dir, self.configure.clone()).await;
         self.running = again.running;
+    }
+
+    /// The in-process broker.
+    pub fn broker(&self) -> Arc<Broker> {
+        self.running()
+            .broker
+            .clone()
+            .expect("standalone runs a broker")
+    }
+
+    /// Every message stored in `topic`/`queue_id`, read from the store directly (system
+    /// topics such as the half or check-max topics are not routed to clients).
+    pub fn stored(&self, topic: &str, queue_id: i32) -> Vec<StoredMessage> {
+        let broker = self.broker();
+        let mut out = Vec::new();
+        let mut offset = broker.store.min_offset(topic, queue_id);
+        loop {
+            let r = broker
+                .store
+                .get_messages(topic, queue_id, offset, 256, 4 << 20, &AcceptAll);
+            if r.messages.is_empty() {
+                return out;
+            }
+            for slice in &r.messages {
+                let m = RecordView::parse(slice)
+                    .and_then(|v| v.to_message())
+                    .expect("stored record decodes");
+                out.push(m);
+            }
+            offset = r.next_begin_offset;
+        }
+    }
+
+    /// A raw remoting connection to the broker.
+    pub async fn raw(&self) -> RawConn {
+        RawConn::connect(&self.broker_addr()).await
     }
 
     pub fn producer(&self, group: &str) -> Producer {
@@ -271,6 +334,39 @@ impl RawConn {
     }
 }
 
+/// The HEART_BEAT (34) request registering `client_id` as a member of producer `group`.
+pub fn producer_heartbeat(client_id: &str, group: &str) -> RemotingCommand {
+    let data = HeartbeatData {
+        client_id: client_id.to_string(),
+        producer_data_set: vec![ProducerData {
+            group_name: group.to_string(),
+        }],
+        ..HeartbeatData::default()
+    };
+    let body = conveyor_protocol::json::to_vec(&data).expect("heartbeat json");
+    RemotingCommand::request(request_code::HEART_BEAT, Default::default()).with_body(body)
+}
+
+/// Reads frames until a request (not a response) with `code` arrives; `None` after `limit`.
+pub async fn next_request(
+    conn: &mut RawConn,
+    code: i32,
+    limit: Duration,
+) -> Option<RemotingCommand> {
+    let deadline = Instant::now() + limit;
+    loop {
+        match conn
+            .read(deadline.saturating_duration_since(Instant::now()))
+            .await
+        {
+            Read::Frame(f) if !f.is_response() && f.code == code => return Some(f),
+            Read::Frame(_) => continue,
+            Read::Timeout => return None,
+            Read::Closed => panic!("the broker closed the connection"),
+        }
+    }
+}
+
 /// A minimal `GET path` over HTTP/1.1 with `Connection: close`: (status, body).
 pub async fn http_get(addr: SocketAddr, path: &str) -> std::io::Result<(u16, String)> {
     let mut s = TcpStream::connect(addr).await?;
@@ -317,4 +413,50 @@ pub async fn wait_max_offset(consumer: &PullConsumer, queue: &MessageQueue, at_l
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+}
+
+/// Pulls `queue` from `*offset` on (advancing it) and collects what arrives, until `done`
+/// holds for everything collected or `limit` passes (then returns what came anyway).
+pub async fn pull_until(
+    consumer: &PullConsumer,
+    queue: &MessageQueue,
+    offset: &mut i64,
+    limit: Duration,
+    mut done: impl FnMut(&[StoredMessage]) -> bool,
+) -> Vec<StoredMessage> {
+    let deadline = Instant::now() + limit;
+    let mut got = Vec::new();
+    while !done(&got) {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            break;
+        }
+        let suspend = left.min(Duration::from_millis(300));
+        let r = consumer
+            .pull(queue, *offset, 32, suspend)
+            .await
+            .expect("pull");
+        *offset = (*offset).max(r.next_begin_offset);
+        got.extend(r.messages);
+        if got.is_empty() || !done(&got) {
+            // Long polling already waited; a short pause only avoids spinning on retries.
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    got
+}
+
+/// Pulls `queue` from `*offset` on for `window` and returns whatever arrived meanwhile.
+pub async fn pull_for(
+    consumer: &PullConsumer,
+    queue: &MessageQueue,
+    offset: &mut i64,
+    window: Duration,
+) -> Vec<StoredMessage> {
+    pull_until(consumer, queue, offset, window, |_| false).await
+}
+
+/// Property `key` of `m`, for assertions.
+pub fn prop<'a>(m: &'a StoredMessage, key: &str) -> Option<&'a str> {
+    m.properties.get(key)
 }
