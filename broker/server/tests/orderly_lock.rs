@@ -69,9 +69,6 @@ async fn unlock(conn: &mut RawConn, client_id: &str, queues: &[MessageQueue]) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "the broker grants LOCK_BATCH_MQ to any client id; it does not check that the \
-            client sent a heartbeat for the group (Java's RebalanceLockManager does not \
-            either, so requiring it is a design decision, see the report)"]
 async fn lock_from_a_client_without_heartbeat_is_refused() {
     let server = TestServer::start().await;
     let topic = "OrderlyNoHb";

@@ -226,6 +226,23 @@ impl Broker {
                 .unlock(&body.consumer_group, &body.client_id, &body.mq_set);
             return Ok(ok(req));
         }
+        // A lock is a lease for a live member of the group: an unknown client (never sent a
+        // heartbeat for the group, or expired) gets none. After a broker restart, clients
+        // get their locks back with their next heartbeat.
+        if !self
+            .clients
+            .consumer_ids(&body.consumer_group)
+            .contains(&body.client_id)
+        {
+            return Err(error_response(
+                req,
+                resp::CONSUMER_NOT_ONLINE,
+                format!(
+                    "client {} is not a live consumer of group {}; send a heartbeat first",
+                    body.client_id, body.consumer_group
+                ),
+            ));
+        }
         let held = self.locks.lock(
             &body.consumer_group,
             &body.client_id,
