@@ -23,11 +23,11 @@ for m in $(sed -n 's#^[[:space:]]*\(k8s.io/[A-Za-z0-9._-]*\) => ./staging/.*#\1#
   go mod edit -replace="$m=$m@$STAGING"
 done
 go get "k8s.io/kubernetes/cmd/kube-apiserver@v$K8S" >&2
-CGO_ENABLED=0 go build -trimpath -o "$BIN/kube-apiserver.tmp" \
+[ -x "$BIN/kube-apiserver" ] || CGO_ENABLED=0 go build -trimpath -o "$BIN/kube-apiserver.tmp" \
   -ldflags "-s -w -X k8s.io/component-base/version.gitVersion=v$K8S -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$MINOR" \
   k8s.io/kubernetes/cmd/kube-apiserver >&2
-mv "$BIN/kube-apiserver.tmp" "$BIN/kube-apiserver"
-if [ -n "${WITH_CONTROLLER_MANAGER:-}" ]; then
+[ -x "$BIN/kube-apiserver" ] || mv "$BIN/kube-apiserver.tmp" "$BIN/kube-apiserver"
+if [ -n "${WITH_CONTROLLER_MANAGER:-}" ] && [ ! -x "$BIN/kube-controller-manager" ]; then
   # Only for the garbage collector (cascading deletion through owner references).
   go get "k8s.io/kubernetes/cmd/kube-controller-manager@v$K8S" >&2
   CGO_ENABLED=0 go build -trimpath -o "$BIN/kube-controller-manager.tmp" \
@@ -40,10 +40,12 @@ t1=$(date +%s)
 # etcd from the same module graph (the client version the apiserver was built against).
 # The etcd client version the apiserver is built against; build the server of that version.
 ETCD_VER=$(go list -m -f '{{.Version}}' go.etcd.io/etcd/client/v3)
-go get "go.etcd.io/etcd/server/v3@$ETCD_VER" >&2
-echo "build-apiserver: etcd $ETCD_VER" >&2
-CGO_ENABLED=0 go build -trimpath -o "$BIN/etcd.tmp" -ldflags "-s -w" go.etcd.io/etcd/server/v3 >&2
-mv "$BIN/etcd.tmp" "$BIN/etcd"
+if [ ! -x "$BIN/etcd" ]; then
+  go get "go.etcd.io/etcd/server/v3@$ETCD_VER" >&2
+  echo "build-apiserver: etcd $ETCD_VER" >&2
+  CGO_ENABLED=0 go build -trimpath -o "$BIN/etcd.tmp" -ldflags "-s -w" go.etcd.io/etcd/server/v3 >&2
+  mv "$BIN/etcd.tmp" "$BIN/etcd"
+fi
 t2=$(date +%s)
-echo "build-apiserver: kube-apiserver v$K8S in $((t1-start)) s, etcd in $((t2-t1)) s" | tee "$W/build-times.txt" >&2
+echo "build-apiserver: kube-apiserver v$K8S in $((t1-start)) s, etcd in $((t2-t1)) s" | tee -a "$W/build-times.txt" >&2
 echo "$BIN"
