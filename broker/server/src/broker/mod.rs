@@ -31,6 +31,7 @@ use std::time::{Duration, Instant};
 
 use conveyor_protocol::code::{request_code as rc, response_code as resp, version};
 use conveyor_protocol::command::{HeaderError, RemotingCommand};
+use conveyor_protocol::message::{keys, StoredMessage};
 use conveyor_store::{FlushMode, MessageStore, StoreConfig};
 use serde::{Deserialize, Serialize};
 use tokio::sync::Semaphore;
@@ -162,7 +163,8 @@ pub enum BrokerError {
     Config(#[from] config_file::ConfigFileError),
 }
 
-fn now_ms() -> i64 {
+/// Wall-clock time in ms (RocketMQ's timestamps).
+pub(crate) fn now_ms() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as i64)
@@ -247,6 +249,24 @@ impl Broker {
     /// True once a registration with some name server succeeded.
     pub fn is_registered(&self) -> bool {
         self.registered.load(Ordering::Acquire)
+    }
+
+    /// The group's config (created on first use when allowed), or the error response.
+    pub(crate) fn group_config(
+        &self,
+        req: &RemotingCommand,
+        group: &str,
+    ) -> Result<groups::SubscriptionGroupConfig, RemotingCommand> {
+        self.groups
+            .find_or_create(group)
+            .map_err(|e| error_response(req, resp::SYSTEM_ERROR, e.to_string()))?
+            .ok_or_else(|| {
+                error_response(
+                    req,
+                    resp::SUBSCRIPTION_GROUP_NOT_EXIST,
+                    format!("subscription group [{group}] does not exist"),
+                )
+            })
     }
 
     /// Begins stopping: long polls in flight are answered right away instead of holding the
@@ -344,6 +364,33 @@ impl Processor for Broker {
     fn on_disconnect(&self, conn: &Connection) {
         self.clients.connection_closed(conn.id());
     }
+}
+
+/// Moves a message into a system topic until it may be delivered, keeping its destination
+/// in REAL_TOPIC/REAL_QID (delay levels, timers, transactional half messages).
+pub(crate) fn park(m: &mut StoredMessage, system_topic: &str, queue_id: i32) {
+    m.properties.insert(keys::REAL_TOPIC, m.topic.clone());
+    m.properties
+        .insert(keys::REAL_QUEUE_ID, m.queue_id.to_string());
+    m.topic = system_topic.to_string();
+    m.queue_id = queue_id;
+}
+
+/// Restores a parked message's real topic and queue; `false` if it carries none.
+pub(crate) fn unpark(m: &mut StoredMessage) -> bool {
+    let (Some(topic), Some(queue)) = (
+        m.properties.get(keys::REAL_TOPIC).map(str::to_string),
+        m.properties
+            .get(keys::REAL_QUEUE_ID)
+            .and_then(|q| q.parse::<i32>().ok()),
+    ) else {
+        return false;
+    };
+    m.properties.remove(keys::REAL_TOPIC);
+    m.properties.remove(keys::REAL_QUEUE_ID);
+    m.topic = topic;
+    m.queue_id = queue;
+    true
 }
 
 /// Shorthand for a success response.

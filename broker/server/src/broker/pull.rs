@@ -122,17 +122,7 @@ impl Broker {
             .filter(|b| *b > 0)
             .map_or(DEFAULT_PULL_BYTES, |b| (b as usize).min(MAX_PULL_BYTES));
 
-        let group_cfg = self
-            .groups
-            .find_or_create(group)
-            .map_err(|e| error_response(req, resp::SYSTEM_ERROR, e.to_string()))?
-            .ok_or_else(|| {
-                error_response(
-                    req,
-                    resp::SUBSCRIPTION_GROUP_NOT_EXIST,
-                    format!("subscription group [{group}] does not exist"),
-                )
-            })?;
+        let group_cfg = self.group_config(req, group)?;
         if !group_cfg.consume_enable {
             return Err(error_response(
                 req,

@@ -6,6 +6,7 @@ use bytes::BytesMut;
 use conveyor_protocol::code::response_code as resp;
 use conveyor_protocol::command::RemotingCommand;
 
+use super::now_ms;
 use super::{bad_header, ok, Broker, Reply};
 use crate::remoting::error_response;
 
@@ -133,10 +134,4 @@ impl Broker {
             .with_ext("indexLastUpdatePhyoffset", self.store.dispatched_offset())
             .with_body(body.freeze()))
     }
-}
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
 }

@@ -25,17 +25,7 @@ impl Broker {
         let origin_msg_id = req.get_str_opt("originMsgId").filter(|s| !s.is_empty());
         let header_max = req.get_i32_opt("maxReconsumeTimes").map_err(&bad)?;
 
-        let group_cfg = self
-            .groups
-            .find_or_create(group)
-            .map_err(|e| error_response(req, resp::SYSTEM_ERROR, e.to_string()))?
-            .ok_or_else(|| {
-                error_response(
-                    req,
-                    resp::SUBSCRIPTION_GROUP_NOT_EXIST,
-                    format!("subscription group not exist, {group}"),
-                )
-            })?;
+        let group_cfg = self.group_config(req, group)?;
         if group_cfg.retry_queue_nums <= 0 {
             return Ok(ok(req));
         }

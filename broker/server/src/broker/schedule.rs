@@ -17,6 +17,7 @@ use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
 use super::config_file::{ConfigFile, ConfigFileError};
+use super::now_ms;
 use super::topics::SCHEDULE_TOPIC;
 use super::Broker;
 
@@ -211,25 +212,12 @@ impl Broker {
     /// Re-appends a due message to its real topic and queue.
     fn deliver(&self, view: &RecordView<'_>) -> Result<(), conveyor_store::StoreError> {
         let mut m = view.to_message()?;
-        let (Some(topic), Some(queue)) = (
-            m.properties.get(keys::REAL_TOPIC).map(str::to_string),
-            m.properties
-                .get(keys::REAL_QUEUE_ID)
-                .and_then(|q| q.parse::<i32>().ok()),
-        ) else {
+        if !super::unpark(&mut m) {
             tracing::warn!("delayed message without REAL_TOPIC/REAL_QID dropped");
             return Ok(());
-        };
+        }
         m.properties.remove(keys::DELAY_TIME_LEVEL);
-        m.topic = topic;
-        m.queue_id = queue;
         self.store.append(std::slice::from_ref(&m))?;
         Ok(())
     }
-}
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
 }

@@ -193,17 +193,7 @@ impl Broker {
         else {
             return Ok(());
         };
-        let group_cfg = self
-            .groups
-            .find_or_create(&group)
-            .map_err(|e| error_response(req, resp::SYSTEM_ERROR, e.to_string()))?
-            .ok_or_else(|| {
-                error_response(
-                    req,
-                    resp::SUBSCRIPTION_GROUP_NOT_EXIST,
-                    format!("subscription group not exist, {group}"),
-                )
-            })?;
+        let group_cfg = self.group_config(req, &group)?;
         let max = match h.max_reconsume_times {
             Some(m) if req.version >= version::V3_4_9 => m,
             _ => group_cfg.retry_max_times,

@@ -20,6 +20,7 @@ use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
 use super::config_file::{ConfigFile, ConfigFileError};
+use super::now_ms;
 use super::topics::TIMER_TOPIC;
 use super::Broker;
 
@@ -213,26 +214,17 @@ impl Broker {
         let mut m = RecordView::parse(&record)
             .and_then(|v| v.to_message())
             .map_err(|e| e.to_string())?;
-        let (Some(topic), Some(queue)) = (
-            m.properties.get(keys::REAL_TOPIC).map(str::to_string),
-            m.properties
-                .get(keys::REAL_QUEUE_ID)
-                .and_then(|q| q.parse::<i32>().ok()),
-        ) else {
+        if !super::unpark(&mut m) {
             tracing::warn!("timer message without REAL_TOPIC/REAL_QID dropped");
             return Ok(());
-        };
+        }
         for k in [
             keys::TIMER_DELIVER_MS,
             keys::TIMER_DELAY_SEC,
             keys::TIMER_DELAY_MS,
-            keys::REAL_TOPIC,
-            keys::REAL_QUEUE_ID,
         ] {
             m.properties.remove(k);
         }
-        m.topic = topic;
-        m.queue_id = queue;
         self.store
             .append(std::slice::from_ref(&m))
             .map(|_| ())
@@ -242,12 +234,6 @@ impl Broker {
 
 fn slice_phys(record: &[u8]) -> u64 {
     RecordView::parse(record).map_or(0, |v| v.physical_offset() as u64)
-}
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
 }
 
 #[cfg(test)]

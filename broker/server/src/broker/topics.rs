@@ -10,6 +10,7 @@ use conveyor_protocol::route::{perm, DataVersion, TopicConfig};
 use serde::{Deserialize, Serialize};
 
 use super::config_file::{ConfigFile, ConfigFileError};
+use super::now_ms;
 
 /// The auto-create template topic.
 pub const AUTO_CREATE_TOPIC: &str = "TBW102";
@@ -75,12 +76,6 @@ pub fn topic_config(name: &str, queues: i32, perm: i32) -> TopicConfig {
         perm,
         ..Default::default()
     }
-}
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
 }
 
 impl TopicConfigManager {

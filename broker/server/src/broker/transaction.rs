@@ -25,6 +25,7 @@ use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
 use super::config_file::{ConfigFile, ConfigFileError};
+use super::now_ms;
 use super::send::store_error_response;
 use super::topics::{TRANS_CHECK_MAX_TIME_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC};
 use super::{bad_header, ok, Broker, Reply};
@@ -108,9 +109,6 @@ impl TransactionService {
 
 /// Turns a prepared message into a half message parked in the half topic.
 pub fn park_half(m: &mut StoredMessage) {
-    m.properties.insert(keys::REAL_TOPIC, m.topic.clone());
-    m.properties
-        .insert(keys::REAL_QUEUE_ID, m.queue_id.to_string());
     if let Some(uniq) = m
         .properties
         .get(keys::UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
@@ -120,14 +118,7 @@ pub fn park_half(m: &mut StoredMessage) {
     }
     // NOT_TYPE so the half message gets a queue entry in the half topic.
     m.sys_flag &= !sysflag::TRANSACTION_TYPE_MASK;
-    m.topic = TRANS_HALF_TOPIC.to_string();
-    m.queue_id = 0;
-}
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
+    super::park(m, TRANS_HALF_TOPIC, 0);
 }
 
 impl Broker {
@@ -198,22 +189,13 @@ impl Broker {
         }
         if commit {
             let mut m = half.clone();
-            let (Some(topic), Some(queue)) = (
-                m.properties.get(keys::REAL_TOPIC).map(str::to_string),
-                m.properties
-                    .get(keys::REAL_QUEUE_ID)
-                    .and_then(|q| q.parse::<i32>().ok()),
-            ) else {
+            if !super::unpark(&mut m) {
                 return Err(error_response(
                     req,
                     resp::SYSTEM_ERROR,
                     "prepared message lacks its real topic",
                 ));
-            };
-            m.topic = topic;
-            m.queue_id = queue;
-            m.properties.remove(keys::REAL_TOPIC);
-            m.properties.remove(keys::REAL_QUEUE_ID);
+            }
             m.properties.remove(keys::TRANSACTION_PREPARED);
             m.sys_flag =
                 (m.sys_flag & !sysflag::TRANSACTION_TYPE_MASK) | sysflag::TRANSACTION_COMMIT_TYPE;
@@ -387,15 +369,8 @@ impl Broker {
             return false;
         };
         // The producer sees the message as it will be delivered: its real topic and queue.
-        if let Some(t) = m.properties.get(keys::REAL_TOPIC) {
-            m.topic = t.to_string();
-        }
-        if let Some(q) = m
-            .properties
-            .get(keys::REAL_QUEUE_ID)
-            .and_then(|q| q.parse().ok())
-        {
-            m.queue_id = q;
+        if !super::unpark(&mut m) {
+            return false;
         }
         let props = m.properties.encode();
         let mut body = Vec::new();
