@@ -7,7 +7,7 @@
 //! → 32 hex characters for IPv4, 56 for IPv6. The month is taken in UTC (Java uses the local
 //! time zone; the value is opaque to every reader, so only uniqueness matters).
 
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::net::IpAddr;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -83,22 +83,8 @@ impl UniqIdGenerator {
 /// Parses an id made by [`UniqIdGenerator`] (or by a Java client). `None` if the length is
 /// not 32/56 or it is not hex.
 pub fn parse_uniq_id(id: &str) -> Option<UniqIdParts> {
-    let raw: Vec<u8> = (0..id.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(id.get(i..i + 2)?, 16).ok())
-        .collect::<Option<_>>()?;
-    let ip_len = match raw.len() {
-        16 => 4,
-        28 => 16,
-        _ => return None,
-    };
-    let ip = if ip_len == 4 {
-        IpAddr::V4(Ipv4Addr::new(raw[0], raw[1], raw[2], raw[3]))
-    } else {
-        let mut o = [0u8; 16];
-        o.copy_from_slice(&raw[..16]);
-        IpAddr::V6(Ipv6Addr::from(o))
-    };
+    let (raw, ip) = conveyor_protocol::message::decode_id_with_ip(id)?;
+    let ip_len = if ip.is_ipv4() { 4 } else { 16 };
     let r = &raw[ip_len..];
     Some(UniqIdParts {
         ip,

@@ -664,24 +664,30 @@ pub fn offset_msg_id(store_host: SocketAddr, physical_offset: i64) -> String {
 
 const HEX: &[u8; 16] = b"0123456789ABCDEF";
 
-/// Parses an offset message id back into (store host, commit-log offset).
-pub fn parse_offset_msg_id(id: &str) -> Option<(SocketAddr, i64)> {
+/// Decodes the hex of a message id whose layout starts with an IP (4 bytes when the id is
+/// 32 hex characters, 16 when 56): returns the raw bytes and the IP. Shared by offset message
+/// ids and client unique ids, whose IP prefixes follow the same rule.
+pub fn decode_id_with_ip(id: &str) -> Option<(Vec<u8>, IpAddr)> {
     let raw: Vec<u8> = (0..id.len())
         .step_by(2)
         .map(|i| u8::from_str_radix(id.get(i..i + 2)?, 16).ok())
         .collect::<Option<_>>()?;
-    let ip_len = match raw.len() {
-        16 => 4,
-        28 => 16,
+    let ip = match raw.len() {
+        16 => IpAddr::V4(Ipv4Addr::new(raw[0], raw[1], raw[2], raw[3])),
+        28 => {
+            let mut o = [0u8; 16];
+            o.copy_from_slice(&raw[..16]);
+            IpAddr::V6(Ipv6Addr::from(o))
+        }
         _ => return None,
     };
-    let ip = if ip_len == 4 {
-        IpAddr::V4(Ipv4Addr::new(raw[0], raw[1], raw[2], raw[3]))
-    } else {
-        let mut o = [0u8; 16];
-        o.copy_from_slice(&raw[..16]);
-        IpAddr::V6(Ipv6Addr::from(o))
-    };
+    Some((raw, ip))
+}
+
+/// Parses an offset message id back into (store host, commit-log offset).
+pub fn parse_offset_msg_id(id: &str) -> Option<(SocketAddr, i64)> {
+    let (raw, ip) = decode_id_with_ip(id)?;
+    let ip_len = if ip.is_ipv4() { 4 } else { 16 };
     let port = be_i32(&raw, ip_len);
     let offset = be_i64(&raw, ip_len + 4);
     Some((SocketAddr::new(ip, port as u16), offset))

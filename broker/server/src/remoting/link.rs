@@ -11,7 +11,7 @@ use tokio::net::TcpStream;
 use tokio::sync::Mutex;
 use tokio_util::codec::Framed;
 
-use super::codec::{CodecError, RemotingCodec};
+use super::{CodecError, RemotingCodec};
 
 /// Why a call over a link failed.
 #[derive(Debug, thiserror::Error)]

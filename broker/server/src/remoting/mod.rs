@@ -2,13 +2,13 @@
 //! per connection, requests handled concurrently (a long-polling pull must not block the
 //! connection), responses and server-initiated requests written by one writer task.
 
-mod codec;
 mod connection;
 mod link;
 mod server;
 
-pub use codec::RemotingCodec;
 pub use connection::{Connection, ConnectionId};
+/// The tokio-util framing shared with the client crate (one adapter for both sides).
+pub use conveyor_client::remoting::{CodecError, RemotingCodec};
 pub use link::Link;
 pub(crate) use server::not_supported;
 pub use server::{serve, Processor};

@@ -20,9 +20,9 @@ use tokio_util::codec::{FramedRead, FramedWrite};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::codec::RemotingCodec;
 use super::connection::Connection;
 use super::error_response;
+use super::RemotingCodec;
 
 /// Requests in flight per connection before new ones are answered SYSTEM_BUSY.
 const MAX_IN_FLIGHT_PER_CONNECTION: usize = 4096;
@@ -91,8 +91,9 @@ async fn handle_connection<P: Processor>(
     };
     let _ = stream.set_nodelay(true);
     let (read_half, write_half) = stream.into_split();
-    let mut reader = FramedRead::new(read_half, RemotingCodec::new(max_frame_size));
-    let mut writer = FramedWrite::new(write_half, RemotingCodec::new(max_frame_size));
+    let codec = RemotingCodec(conveyor_protocol::frame::FrameCodec::new(max_frame_size));
+    let mut reader = FramedRead::new(read_half, codec.clone());
+    let mut writer = FramedWrite::new(write_half, codec);
     let (tx, mut rx) = mpsc::channel::<RemotingCommand>(WRITE_QUEUE);
     let conn = Connection::new(NEXT_CONNECTION_ID.fetch_add(1, Ordering::Relaxed), peer, tx);
     tracing::debug!(%peer, id = conn.id(), "connection opened");
