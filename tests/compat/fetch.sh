@@ -24,7 +24,7 @@ PROFILES=(rmq4 rmq5)
 inputs_hash() {
   (
     cd "$HERE"
-    find fetch.sh java/pom.xml java/src go/go.mod go/go.sum go/main.go -type f | LC_ALL=C sort | xargs sha256sum
+    find fetch.sh java/pom.xml java/src go -type f | LC_ALL=C sort | xargs sha256sum
     java -version 2>&1 | head -1
     go version
   ) | sha256sum | cut -d' ' -f1

@@ -9,6 +9,8 @@
 #   CARGO_TARGET_DIR       honoured when locating the built binary (tests/all.sh sets it under CI)
 #   CONVEYOR_BIN           use this binary instead of building one
 #   COMPAT_BROKER_ARGS     extra flags for `conveyor standalone` (word-split), e.g. a --config FILE
+#                          (--transaction-timeout-ms 3000 --transaction-check-interval-ms 5000 are added when the
+#                          binary knows them; flags given here come later on the command line)
 #   COMPAT_READY_SECS      how long to wait for /readyz after a (re)start (default 60)
 #   COMPAT_STOP_SECS       how long SIGTERM may take before the broker counts as hung (default 30)
 #   COMPAT_CLIENTS, COMPAT_TIMEOUT_SECS, COMPAT_TEST_TIMEOUT: passed on to run.sh
@@ -44,8 +46,17 @@ start_broker() {
   n=$(($(cat "$st/starts" 2>/dev/null || echo 0) + 1))
   echo "$n" >"$st/starts"
   local extra=()
+  # A short transaction timeout, so that scenario (j)'s check-backs come within seconds (when the binary has it).
+  if "$(cat "$st/bin")" standalone --help 2>/dev/null | grep -q -- '--transaction-timeout-ms'; then
+    extra+=(--transaction-timeout-ms 3000)
+  fi
+  if "$(cat "$st/bin")" standalone --help 2>/dev/null | grep -q -- '--transaction-check-interval-ms'; then
+    extra+=(--transaction-check-interval-ms 5000)
+  fi
   if [[ -n "${COMPAT_BROKER_ARGS:-}" ]]; then
-    read -r -a extra <<<"$COMPAT_BROKER_ARGS"
+    local user_args=()
+    read -r -a user_args <<<"$COMPAT_BROKER_ARGS"
+    extra+=("${user_args[@]}")
   fi
   echo "=== start #$n $(date '+%F %T'): standalone on ns=$ns broker=$broker http=$http ${extra[*]:-}" >>"$st/log"
   (
@@ -233,6 +244,7 @@ T_START=$((SECONDS - T0))
 export NAMESRV_ADDR="127.0.0.1:$NS_PORT"
 export RESTART_BROKER_CMD="'$SELF' restart '$ST'"
 export COMPAT_MQADMIN_CLIENTS="${COMPAT_MQADMIN_CLIENTS:-rmq5 rmq4}"
+export COMPAT_DELAY_LEVELS="$DELAY_LEVELS"
 
 rc=0
 "$HERE/run.sh" || rc=$?

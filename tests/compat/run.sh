@@ -11,6 +11,11 @@
 #   COMPAT_MQADMIN_CLIENTS  tools versions for the mqadmin checks, default "rmq5"; "rmq5 rmq4" adds 4.9.x
 #                        (4.9.x clusterList needs getTransferedTps in the broker runtime info, which the
 #                        Apache 5.x broker no longer reports)
+#   COMPAT_SCENARIOS     scenario letters to run, default "abcdefghijkl" (a-f basic, g retry+DLQ, h delay levels,
+#                        i timer messages (5.x only), j transactions, k orderly, l broadcasting; the Go client runs
+#                        a, g, h, l; f includes the restart)
+#   COMPAT_DELAY_LEVELS  the broker's delay levels (messageDelayLevel syntax) for the timing checks of g and h;
+#                        default "1s 2s ... 18s" (level n = n seconds), what run-against-standalone.sh configures
 #   COMPAT_TIMEOUT_SECS  per-wait timeout inside the programs (default 60-180 s depending on the wait)
 #   COMPAT_TEST_TIMEOUT  hard limit per program in seconds (default 600)
 #   COMPAT_LOG_DIR       where client logs and stderr go (default ~/.cache/conveyor/compat/logs/<time>)
@@ -23,6 +28,8 @@ HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 OUT="${CONVEYOR_CACHE:-$HOME/.cache/conveyor}/compat"
 CLIENTS="${COMPAT_CLIENTS:-rmq4 rmq5 go mqadmin}"
 MQADMIN_CLIENTS="${COMPAT_MQADMIN_CLIENTS:-rmq5}"
+SCENARIOS="${COMPAT_SCENARIOS:-abcdefghijkl}"
+export COMPAT_DELAY_LEVELS="${COMPAT_DELAY_LEVELS:-1s 2s 3s 4s 5s 6s 7s 8s 9s 10s 11s 12s 13s 14s 15s 16s 17s 18s}"
 TEST_TIMEOUT="${COMPAT_TEST_TIMEOUT:-600}"
 
 if [[ -z "${NAMESRV_ADDR:-}" ]]; then
@@ -42,6 +49,7 @@ PASSED=0
 FAILED=0
 
 pass() { echo "PASS $1"; PASSED=$((PASSED + 1)); }
+want() { [[ "$SCENARIOS" == *"$1"* ]]; }
 fail() { echo "FAIL $1: $2"; FAILED=$((FAILED + 1)); }
 
 # run_program NAME CMD... : runs a test program that prints its own PASS/FAIL line.
@@ -50,10 +58,11 @@ run_program() {
   local name="$1"
   shift
   local err="$LOG_DIR/${name//\//_}.stderr"
-  local out rc
+  local out rc t0=$SECONDS
   out="$(timeout -k 10 "$TEST_TIMEOUT" "$@" 2>"$err")"
   rc=$?
   [[ -n "$out" ]] && echo "$out"
+  echo "run.sh: $name took $((SECONDS - t0)) s" >&2
   if [[ $rc -eq 0 ]] && grep -q '^PASS ' <<<"$out"; then
     PASSED=$((PASSED + 1))
     return 0
@@ -78,9 +87,18 @@ java_cmd() {
   local logroot="$LOG_DIR/java-$profile"
   mkdir -p "$logroot"
   # The logback file keeps 4.9.x client logging (slf4j via the tools' logback) off stdout.
-  JAVA_ARGV=(java -Xms64m -Xmx1g -Drocketmq.client.logRoot="$logroot"
+  # rocketmq.client.logRoot: 4.9.x client log; rocketmq.log.root: 5.x client log (default ~/logs/rocketmqlogs).
+  JAVA_ARGV=(java -Xms64m -Xmx1g -Drocketmq.client.logRoot="$logroot" -Drocketmq.log.root="$logroot"
     -Dlogback.configurationFile="$HERE/mqadmin/conf/logback_tools.xml" -Dcompat.logDir="$logroot"
     -cp "$(cat "$OUT/java-$profile.classpath")" "$@")
+}
+
+scenario_name() {
+  case "$1" in
+    a) echo send-receive ;; b) echo split-group ;; c) echo lite-pull ;; d) echo query-message ;;
+    e) echo tag-filter ;; g) echo retry-dlq ;; h) echo delay-levels ;; i) echo timer-messages ;;
+    j) echo transactions ;; k) echo orderly ;; l) echo broadcast ;;
+  esac
 }
 
 run_java_client() {
@@ -88,16 +106,18 @@ run_java_client() {
   ver="$(cat "$OUT/java-$p.version")"
   local prefix="java-$ver"
 
-  java_cmd "$p" conveyor.compat.SendReceive
-  run_program "$prefix/a-send-receive" "${JAVA_ARGV[@]}"
-  java_cmd "$p" conveyor.compat.SplitGroup
-  run_program "$prefix/b-split-group" "${JAVA_ARGV[@]}"
-  java_cmd "$p" conveyor.compat.LitePull
-  run_program "$prefix/c-lite-pull" "${JAVA_ARGV[@]}"
-  java_cmd "$p" conveyor.compat.QueryMessage
-  run_program "$prefix/d-query-message" "${JAVA_ARGV[@]}"
-  java_cmd "$p" conveyor.compat.TagFilter
-  run_program "$prefix/e-tag-filter" "${JAVA_ARGV[@]}"
+  local letter class
+  for letter in a:SendReceive b:SplitGroup c:LitePull d:QueryMessage e:TagFilter g:RetryDlq h:DelayLevels \
+    i:TimerMessages j:Transactions k:Orderly l:Broadcast; do
+    class="${letter#*:}"
+    letter="${letter%%:*}"
+    want "$letter" || continue
+    # Timer messages (Message.setDeliverTimeMs/setDelayTimeSec) exist only in 5.x clients.
+    [[ "$letter" == i && "$p" == rmq4 ]] && continue
+    java_cmd "$p" "conveyor.compat.$class"
+    run_program "$prefix/$letter-$(scenario_name "$letter")" "${JAVA_ARGV[@]}"
+  done
+  want f || return 0
 
   local state="$LOG_DIR/resume-$p.state"
   java_cmd "$p" conveyor.compat.Resume phase1 "$state"
@@ -121,18 +141,30 @@ run_java_client() {
 }
 
 run_go_client() {
-  local ver topic
+  local ver prefix run topics=() scenarios=() sc
   ver="$(go version -m "$OUT/compat-go" 2>/dev/null | awk '$2 == "github.com/apache/rocketmq-client-go/v2" {print $3}')"
-  # The Go push consumer refuses to start on a topic without a route: create it up front.
-  topic="compat_t_go_$(date +%s)_$RANDOM"
-  java_cmd rmq5 conveyor.compat.Tool create-topic "$topic" 4
+  prefix="go-${ver:-unknown}"
+  want a && scenarios+=(send-receive)
+  want g && scenarios+=(g-retry-dlq)
+  want h && scenarios+=(h-delay-levels)
+  want l && scenarios+=(l-broadcast)
+  [[ ${#scenarios[@]} -gt 0 ]] || return 0
+  # The Go push consumer refuses to start on a topic without a route: create the topics up front.
+  run="$(date +%s)_$RANDOM"
+  for sc in "${scenarios[@]}"; do topics+=("compat_t_go_${sc//-/_}_$run"); done
+  java_cmd rmq5 conveyor.compat.Tool create-topics 4 "${topics[@]}"
   if ! "${JAVA_ARGV[@]}" >"$LOG_DIR/go-topic.log" 2>&1; then
     sed 's/^/  # /' "$LOG_DIR/go-topic.log" | tail -n 20
-    fail "go-${ver:-unknown}/send-receive" "could not create topic $topic"
+    for sc in "${scenarios[@]}"; do fail "$prefix/$sc" "could not create topic ${topics[0]} etc."; done
     return
   fi
-  COMPAT_GO_LOG_LEVEL="${COMPAT_GO_LOG_LEVEL:-warn}" \
-    run_program "go-${ver:-unknown}/send-receive" "$OUT/compat-go" -topic "$topic"
+  local i
+  for i in "${!scenarios[@]}"; do
+    # Broadcasting consumers keep offsets in local files (read from this variable at client start-up).
+    COMPAT_GO_LOG_LEVEL="${COMPAT_GO_LOG_LEVEL:-warn}" \
+      run_program "$prefix/${scenarios[$i]}" env "rocketmq.client.localOffsetStoreDir=$LOG_DIR/go-offsets" \
+      "$OUT/compat-go" -scenario "${scenarios[$i]}" -topic "${topics[$i]}"
+  done
 }
 
 # mqadmin_check NAME EXPECTED_REGEX... -- ARGS... : runs mqadmin until its output matches every regex

@@ -1,15 +1,17 @@
 // Command compat-go checks Conveyor against the Apache RocketMQ Go client (rocketmq-client-go v2).
 //
-// Scenario: a producer sends N messages (40% SendSync, 40% SendAsync, 20% SendOneWay) with two keys, a tag
-// and user properties; a clustering push consumer must receive every message with identical body, keys, tags
-// and properties (duplicates allowed).
+// Scenarios (-scenario):
+//   send-receive (default): a producer sends N messages (40% SendSync, 40% SendAsync, 20% SendOneWay) with two
+//     keys, a tag and user properties; a clustering push consumer must receive every message with identical body,
+//     keys, tags and properties (duplicates allowed).
+//   g-retry-dlq, h-delay-levels, l-broadcast: see scenarios.go.
 //
 // Output contract: prints "PASS <name>" and exits 0, or diagnostics followed by "FAIL <name>: reason" and
 // exits 1. The name server address comes from NAMESRV_ADDR.
 //
 // The Go push consumer refuses to start for a topic without a route, so the topic should exist: pass it with
 // -topic (run.sh creates it first). Without -topic a fresh name is used and the broker must auto-create it
-// on the first send.
+// on the first send (send-receive only).
 package main
 
 import (
@@ -258,7 +260,8 @@ func await(what string, limit time.Duration, cond func() bool, progress func() s
 }
 
 func main() {
-	total := flag.Int("n", 10000, "number of messages")
+	scenario := flag.String("scenario", "send-receive", "send-receive | g-retry-dlq | h-delay-levels | l-broadcast")
+	total := flag.Int("n", 0, "number of messages (default: per scenario)")
 	topicFlag := flag.String("topic", os.Getenv("COMPAT_TOPIC"), "existing topic to use (default: a new name, auto-created by the broker)")
 	flag.Parse()
 
@@ -268,9 +271,29 @@ func main() {
 	}
 	rlog.SetLogLevel(logLevel)
 
-	name := "go-" + clientVersion() + "/send-receive"
+	name := "go-" + clientVersion() + "/" + *scenario
 	var diag []func() []string
-	err := run(*total, *topicFlag, &diag)
+	var err error
+	switch *scenario {
+	case "send-receive":
+		n := *total
+		if n == 0 {
+			n = 10000
+		}
+		err = run(n, *topicFlag, &diag)
+	case "g-retry-dlq":
+		err = runRetryDLQ(*topicFlag, &diag)
+	case "h-delay-levels":
+		err = runDelayLevels(*topicFlag, &diag)
+	case "l-broadcast":
+		n := *total
+		if n == 0 {
+			n = 1000
+		}
+		err = runBroadcast(n, *topicFlag, &diag)
+	default:
+		err = failf("unknown scenario %q", *scenario)
+	}
 	if err == nil {
 		fmt.Println("PASS " + name)
 		os.Exit(0)

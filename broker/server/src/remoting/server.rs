@@ -92,7 +92,7 @@ async fn handle_connection<P: Processor>(
     let _ = stream.set_nodelay(true);
     let (read_half, write_half) = stream.into_split();
     let codec = RemotingCodec(conveyor_protocol::frame::FrameCodec::new(max_frame_size));
-    let mut reader = FramedRead::new(read_half, codec.clone());
+    let mut reader = FramedRead::new(read_half, codec);
     let mut writer = FramedWrite::new(write_half, codec);
     let (tx, mut rx) = mpsc::channel::<RemotingCommand>(WRITE_QUEUE);
     let conn = Connection::new(NEXT_CONNECTION_ID.fetch_add(1, Ordering::Relaxed), peer, tx);

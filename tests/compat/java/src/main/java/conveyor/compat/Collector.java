@@ -27,6 +27,17 @@ final class Collector implements Consumer<MessageExt> {
     private final AtomicInteger problemCount = new AtomicInteger();
     private final AtomicInteger unexpectedCount = new AtomicInteger();
     private final AtomicInteger deliveries = new AtomicInteger();
+    /** Topic the received copies must carry; null: the topic each message was sent to. */
+    private final String topicOverride;
+
+    Collector() {
+        this(null);
+    }
+
+    /** A collector for copies that live in another topic than the one they were sent to (e.g. a DLQ). */
+    Collector(String topicOverride) {
+        this.topicOverride = topicOverride;
+    }
 
     void expect(Collection<Expected> messages) {
         for (Expected e : messages) {
@@ -49,7 +60,7 @@ final class Collector implements Consumer<MessageExt> {
             }
             return;
         }
-        String diff = e.compare(m);
+        String diff = topicOverride == null ? e.compare(m) : e.compare(m, topicOverride);
         if (diff != null && problemCount.incrementAndGet() <= 10) {
             problems.add(diff + " (queue=" + m.getQueueId() + " offset=" + m.getQueueOffset() + ")");
         }
@@ -58,6 +69,12 @@ final class Collector implements Consumer<MessageExt> {
 
     boolean complete() {
         return received.size() >= expected.size() && missing(1).isEmpty();
+    }
+
+    /** How many times the message with this key was delivered (0 if never). */
+    int count(String key) {
+        AtomicInteger n = received.get(key);
+        return n == null ? 0 : n.get();
     }
 
     int distinct() {

@@ -1,5 +1,6 @@
 package conveyor.compat;
 
+import java.lang.reflect.Method;
 import java.security.SecureRandom;
 import java.util.ArrayList;
 import java.util.List;
@@ -265,6 +266,137 @@ final class Common {
         }
         out.sort(MessageQueue::compareTo);
         return out;
+    }
+
+    /** A clustering push consumer starting from the first offset for a fresh group: no subscription or listener. */
+    static DefaultMQPushConsumer newPushConsumer(String group, String instance) throws Failure {
+        DefaultMQPushConsumer c = new DefaultMQPushConsumer(group);
+        c.setNamesrvAddr(namesrv());
+        c.setInstanceName(instance);
+        c.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET);
+        return c;
+    }
+
+    /**
+     * Switches a push consumer to BROADCASTING. MessageModel moved packages between 4.9 and 5.x, so the enum
+     * constant is looked up through the setter's parameter type.
+     */
+    @SuppressWarnings({"unchecked", "rawtypes"})
+    static void setBroadcasting(DefaultMQPushConsumer c) throws Exception {
+        for (Method m : c.getClass().getMethods()) {
+            if (m.getName().equals("setMessageModel") && m.getParameterCount() == 1) {
+                Class<? extends Enum> type = (Class<? extends Enum>) m.getParameterTypes()[0];
+                m.invoke(c, Enum.valueOf(type, "BROADCASTING"));
+                return;
+            }
+        }
+        throw new IllegalStateException("DefaultMQPushConsumer.setMessageModel not found");
+    }
+
+    /** The route of a topic as the name server returns it, or null when there is none (or on error). */
+    static String routeOrNull(DefaultMQAdminExt admin, String topic) {
+        try {
+            var route = admin.examineTopicRouteInfo(topic);
+            if (route == null || route.getQueueDatas() == null || route.getQueueDatas().isEmpty()) {
+                return null;
+            }
+            return String.valueOf(route);
+        } catch (Exception e) {
+            return null;
+        }
+    }
+
+    /**
+     * Makes a push consumer fetch the route of a topic now and rebalance, instead of waiting for the client's
+     * 30 s route poll and 20 s rebalance timers (used for system topics a broker creates after the consumer
+     * started, e.g. %RETRY%group).
+     */
+    static void refreshRoute(DefaultMQPushConsumer c, String topic) {
+        var factory = c.getDefaultMQPushConsumerImpl().getmQClientFactory();
+        if (factory != null) {
+            factory.updateTopicRouteInfoFromNameServer(topic);
+            factory.rebalanceImmediately();
+        }
+    }
+
+    /**
+     * Delay levels the broker under test uses, from COMPAT_DELAY_LEVELS (RocketMQ's messageDelayLevel syntax,
+     * e.g. "1s 5s 10s 30s 1m"); the default is the short ladder run-against-standalone.sh configures
+     * (level n = n seconds).
+     */
+    static long[] delayLevelsMs() {
+        String s = System.getenv("COMPAT_DELAY_LEVELS");
+        if (s == null || s.isBlank()) {
+            s = "1s 2s 3s 4s 5s 6s 7s 8s 9s 10s 11s 12s 13s 14s 15s 16s 17s 18s";
+        }
+        String[] parts = s.trim().split("\\s+");
+        long[] out = new long[parts.length];
+        for (int i = 0; i < parts.length; i++) {
+            String p = parts[i];
+            long mult;
+            String num;
+            if (p.endsWith("ms")) {
+                mult = 1;
+                num = p.substring(0, p.length() - 2);
+            } else {
+                char u = p.charAt(p.length() - 1);
+                num = p.substring(0, p.length() - 1);
+                switch (u) {
+                    case 's': mult = 1000L; break;
+                    case 'm': mult = 60_000L; break;
+                    case 'h': mult = 3_600_000L; break;
+                    case 'd': mult = 86_400_000L; break;
+                    default: throw new IllegalArgumentException("bad delay level " + p + " in COMPAT_DELAY_LEVELS");
+                }
+            }
+            out[i] = Long.parseLong(num) * mult;
+        }
+        return out;
+    }
+
+    /** Delay of level n (1-based), as {@link #delayLevelsMs()} defines it; levels above the last are clamped. */
+    static long delayOfLevelMs(int level) {
+        long[] levels = delayLevelsMs();
+        return levels[Math.min(level, levels.length) - 1];
+    }
+
+    /** Problems found by a scenario; all are printed, the first becomes the FAIL reason. */
+    static final class Problems {
+        private final List<String> list = java.util.Collections.synchronizedList(new ArrayList<>());
+
+        void add(String p) {
+            list.add(p);
+        }
+
+        int size() {
+            return list.size();
+        }
+
+        void throwIfAny(Diag diag) throws Failure {
+            synchronized (list) {
+                if (list.isEmpty()) {
+                    return;
+                }
+                int n = 0;
+                for (String p : list) {
+                    if (++n > 40) {
+                        diag.add("problem: ... " + (list.size() - 40) + " more");
+                        break;
+                    }
+                    diag.add("problem: " + p);
+                }
+                throw new Failure(list.get(0) + (list.size() > 1 ? " (and " + (list.size() - 1) + " more problems)" : ""));
+            }
+        }
+    }
+
+    /** Queue ids of a queue list, e.g. "[0, 1, 2]" (compact diagnostics). */
+    static String ids(List<MessageQueue> queues) {
+        List<Integer> out = new ArrayList<>();
+        for (MessageQueue q : queues) {
+            out.add(q.getQueueId());
+        }
+        return out.toString();
     }
 
     static void shutdownQuietly(Object client) {

@@ -5,6 +5,7 @@ import org.apache.rocketmq.tools.admin.DefaultMQAdminExt;
 /**
  * Small helpers for run.sh (not a test):
  *   Tool create-topic TOPIC [QUEUES]   create TOPIC on every master and wait for its route
+ *   Tool create-topics QUEUES TOPIC...  the same for several topics
  *   Tool cluster-name                  print the first cluster name known to the name server
  * Prints the result on stdout; errors go to stderr with a non-zero exit.
  */
@@ -28,6 +29,20 @@ public final class Tool {
                         throw e;
                     }
                     System.out.println(args[1]);
+                    break;
+                }
+                case "create-topics": {
+                    int queues = Integer.parseInt(args[1]);
+                    for (int i = 2; i < args.length; i++) {
+                        Common.Diag diag = new Common.Diag();
+                        try {
+                            Common.createTopic(admin, args[i], queues, diag);
+                        } catch (Exception e) {
+                            diag.print();
+                            throw e;
+                        }
+                        System.out.println(args[i]);
+                    }
                     break;
                 }
                 case "cluster-name": {
