@@ -7,7 +7,10 @@ FROM ${RUST_IMAGE} AS build
 WORKDIR /src
 COPY . .
 # Statically linked glibc binaries (static-pie): the final stage needs no libraries.
+# Release binaries without debug info (the workspace profile keeps line tables for profiling).
 ENV RUSTFLAGS="-C target-feature=+crt-static" \
+    CARGO_PROFILE_RELEASE_DEBUG=0 \
+    CARGO_PROFILE_RELEASE_STRIP=symbols \
     CARGO_TARGET_DIR=/src/target-image
 RUN cargo build --release --locked --target x86_64-unknown-linux-gnu \
         -p conveyor -p conveyor-operator \

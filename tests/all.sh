@@ -27,3 +27,10 @@ if [ -x tests/k8s/e2e.sh ]; then
   echo "== Kubernetes operator (tests/k8s/e2e.sh)"
   tests/k8s/e2e.sh
 fi
+
+if [ -x tests/k8s/image.sh ]; then
+  # The container image: built from ./Dockerfile with buildah, checked with podman.
+  # Skips with a message when buildah, podman or debootstrap is missing.
+  echo "== container image (tests/k8s/image.sh)"
+  tests/k8s/image.sh
+fi

@@ -38,6 +38,10 @@ if have helm; then
     bad "RBAC has wildcards, pods/exec or secrets"
   else ok "RBAC: no wildcards, no pods/exec, no secrets"; fi
 else skip "helm missing (npm route failed?)"; fi
+VPY="$CONVEYOR_CACHE/k8s-tools/venv/bin/python"
+if [ -x "$VPY" ] && "$VPY" -c 'import jsonschema, yaml' 2>/dev/null; then
+  check "examples/ valid against the CRD schema (strict)" quiet "$VPY" tests/k8s/validate_examples.py
+else skip "python jsonschema/yaml missing: offline example validation skipped"; fi
 if have hadolint; then check "hadolint Dockerfile" hadolint Dockerfile; else skip "hadolint missing"; fi
 
 echo "== real API server"
@@ -117,7 +121,16 @@ wait_for 30 "CRD established" K wait --for=condition=Established crd/messagequeu
 check "example passes server-side dry-run" quiet K apply --dry-run=server -f examples/messagequeuecluster.yaml
 check "example applies" quiet K apply -f examples/messagequeuecluster.yaml
 
-"$OPERATOR" run --lease-namespace default --identity e2e-operator > "$D/operator.log" 2>&1 &
+# Install the chart (RBAC, ServiceAccount, Deployment; no pods run here) and run the operator
+# locally with the chart's ServiceAccount token: every check below also proves the RBAC suffices.
+OPNS=conveyor-system
+check "helm install into the API server" quiet helm install conveyor-operator charts/conveyor-operator \
+  --namespace "$OPNS" --create-namespace --kubeconfig "$KUBECONFIG"
+SA_TOKEN=$(K create token conveyor-operator -n "$OPNS" --duration=3h)
+sed -e "s/token: admin-token/token: $SA_TOKEN/" "$KUBECONFIG" > "$D/kubeconfig-sa"
+check "ServiceAccount cannot read secrets or exec into pods" bash -c \
+  "[ \"\$(kubectl --kubeconfig '$D/kubeconfig-sa' auth can-i list secrets -A)\" = no ] && [ \"\$(kubectl --kubeconfig '$D/kubeconfig-sa' auth can-i create pods/exec -A)\" = no ]"
+KUBECONFIG="$D/kubeconfig-sa" "$OPERATOR" run --lease-namespace "$OPNS" --identity e2e-operator > "$D/operator.log" 2>&1 &
 OP_PID=$!; PIDS+=("$OP_PID")
 
 UID_MQC=$(K get mqc demo -o jsonpath='{.metadata.uid}')
@@ -147,7 +160,7 @@ wait_for 60 "status.observedGeneration = metadata.generation" status_current
 check "conditions Ready/Reconciling/Stalled present" test "$(cond Ready)/$(cond Reconciling)/$(cond Stalled)" = "False/True/False"
 echo "    (no kubelet here: pods never run, so Ready stays False with reason $(cond_reason Ready))"
 check "status lists the name-server addresses" bash -c "kubectl get mqc demo -o jsonpath='{.status.nameServerAddresses}' | grep -q 'demo-namesrv-1.demo-namesrv-headless.default.svc:9876'"
-check "leader Lease held by the operator" test "$(K get lease conveyor-operator-leader -o jsonpath='{.spec.holderIdentity}')" = e2e-operator
+check "leader Lease held by the operator" test "$(K get lease -n "$OPNS" conveyor-operator-leader -o jsonpath='{.spec.holderIdentity}')" = e2e-operator
 check "kubectl get mqc shows printer columns" bash -c "kubectl get mqc demo | head -1 | grep -q 'READY.*GROUPS.*REPLICAS.*FLUSH.*AGE'"
 
 echo "-- flushMode Async -> Sync"
@@ -236,11 +249,11 @@ wait_for 120 "operator reconciles after the restart" cm_has sync
 check "operator process still running" kill -0 "$OP_PID"
 
 echo "-- second operator replica stays follower"
-"$OPERATOR" run --lease-namespace default --identity e2e-operator-2 > "$D/operator2.log" 2>&1 &
+KUBECONFIG="$D/kubeconfig-sa" "$OPERATOR" run --lease-namespace "$OPNS" --identity e2e-operator-2 > "$D/operator2.log" 2>&1 &
 OP2=$!; PIDS+=("$OP2"); sleep 6
-check "lease still held by the first replica" test "$(K get lease conveyor-operator-leader -o jsonpath='{.spec.holderIdentity}')" = e2e-operator
+check "lease still held by the first replica" test "$(K get lease -n "$OPNS" conveyor-operator-leader -o jsonpath='{.spec.holderIdentity}')" = e2e-operator
 kill "$OP_PID"; wait "$OP_PID" 2>/dev/null || true
-takeover() { [ "$(K get lease conveyor-operator-leader -o jsonpath='{.spec.holderIdentity}')" = e2e-operator-2 ]; }
+takeover() { [ "$(K get lease -n "$OPNS" conveyor-operator-leader -o jsonpath='{.spec.holderIdentity}')" = e2e-operator-2 ]; }
 wait_for 40 "second replica takes over after the first stops" takeover
 K patch mqc demo --type merge -p '{"spec":{"broker":{"flushMode":"Async"}}}' >/dev/null
 wait_for 60 "new leader reconciles" cm_has async

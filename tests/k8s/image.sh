@@ -52,13 +52,14 @@ buildah bud "${S[@]}" --isolation chroot --pull=never --layers=false \
   --build-arg RUST_IMAGE="$BUILDER" "${CA[@]}" \
   --volume "$CACHE/cargo-home:/usr/local/cargo" --volume "$CACHE/target:/src/target-image" \
   -t "$TAG" -f Dockerfile . > "$CACHE/build.log" 2>&1 || { tail -30 "$CACHE/build.log"; echo "  FAIL image build"; exit 1; }
-echo "  ok   image built from Dockerfile in $(( $(date +%s) - t1 )) s"
+echo "  ok   image built from Dockerfile in $(( $(date +%s) - t1 )) s ($(podman "${S[@]}" image inspect --format '{{.Size}}' "$TAG") bytes)"
 
 FAIL=0
 user=$(podman "${S[@]}" image inspect --format '{{.Config.User}}' "$TAG")
 if [ "$user" = "10001:10001" ]; then echo "  ok   image user is $user (non-root)"; else echo "  FAIL image user is '$user'"; FAIL=1; fi
 RUN=(podman "${S[@]}" run --runtime runc --ulimit nofile=1024:20000 --ulimit nproc=1024:20000 --pull=never)
-if "${RUN[@]}" --rm --network none --entrypoint /usr/local/bin/conveyor-operator "$TAG" crd | grep -q 'name: messagequeueclusters.conveyor.dev'; then
+"${RUN[@]}" --rm --network none --entrypoint /usr/local/bin/conveyor-operator "$TAG" crd > "$CACHE/crd.out" 2>&1 || true
+if grep -q 'name: messagequeueclusters.conveyor.dev' "$CACHE/crd.out"; then
   echo "  ok   conveyor-operator runs in the image"
 else echo "  FAIL conveyor-operator crd in the image"; FAIL=1; fi
 if "${RUN[@]}" --rm --network none --entrypoint /bin/sh "$TAG" -c true 2>/dev/null; then
