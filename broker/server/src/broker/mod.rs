@@ -364,6 +364,20 @@ impl Processor for Broker {
     fn on_disconnect(&self, conn: &Connection) {
         self.clients.connection_closed(conn.id());
     }
+
+    fn runs_inline(&self, request: &RemotingCommand) -> bool {
+        match request.code {
+            // A send waits only for a SYNC flush; topic auto-creation registers in the
+            // background.
+            rc::SEND_MESSAGE | rc::SEND_MESSAGE_V2 | rc::SEND_BATCH_MESSAGE => !self.sync_flush(),
+            rc::QUERY_CONSUMER_OFFSET
+            | rc::UPDATE_CONSUMER_OFFSET
+            | rc::GET_MAX_OFFSET
+            | rc::GET_MIN_OFFSET
+            | rc::END_TRANSACTION => true,
+            _ => false,
+        }
+    }
 }
 
 /// Moves a message into a system topic until it may be delivered, keeping its destination

@@ -42,6 +42,12 @@ pub trait Processor: Send + Sync + 'static {
 
     /// Called once when a connection closes.
     fn on_disconnect(&self, _conn: &Connection) {}
+
+    /// True for requests that never wait (no long poll, no flush wait, no outbound call):
+    /// the connection task runs them itself instead of spawning a task.
+    fn runs_inline(&self, _request: &RemotingCommand) -> bool {
+        false
+    }
 }
 
 static NEXT_CONNECTION_ID: AtomicU64 = AtomicU64::new(1);
@@ -148,30 +154,17 @@ async fn handle_connection<P: Processor>(
             }
             continue;
         };
+        if processor.runs_inline(&request) {
+            // Short, non-blocking requests (sends under ASYNC flush, offset queries): handled
+            // right here, saving a task spawn and a cross-thread wake-up per request.
+            respond(processor.clone(), conn.clone(), request).await;
+            drop(permit);
+            continue;
+        }
         let processor = processor.clone();
         let conn = conn.clone();
         tracker.spawn(async move {
-            let oneway = request.is_oneway();
-            let code = request.code;
-            let opaque = request.opaque;
-            let skeleton = RemotingCommand::default().with_opaque(opaque);
-            let outcome = AssertUnwindSafe(processor.handle(conn.clone(), request))
-                .catch_unwind()
-                .await;
-            let response = match outcome {
-                Ok(r) => r,
-                Err(_) => {
-                    tracing::error!(code, "request handler panicked");
-                    Some(error_response(
-                        &skeleton,
-                        response_code::SYSTEM_ERROR,
-                        format!("internal error while handling request code {code}"),
-                    ))
-                }
-            };
-            if let (Some(response), false) = (response, oneway) {
-                conn.respond(response).await;
-            }
+            respond(processor, conn, request).await;
             drop(permit);
         });
     }
@@ -180,6 +173,31 @@ async fn handle_connection<P: Processor>(
     drop(conn);
     // The writer ends once every handler holding the connection has answered.
     let _ = writer_task.await;
+}
+
+/// Runs one request and queues its response; a panicking handler is answered with
+/// SYSTEM_ERROR instead of taking the connection down.
+async fn respond<P: Processor>(processor: Arc<P>, conn: Connection, request: RemotingCommand) {
+    let oneway = request.is_oneway();
+    let code = request.code;
+    let skeleton = RemotingCommand::default().with_opaque(request.opaque);
+    let outcome = AssertUnwindSafe(processor.handle(conn.clone(), request))
+        .catch_unwind()
+        .await;
+    let response = match outcome {
+        Ok(r) => r,
+        Err(_) => {
+            tracing::error!(code, "request handler panicked");
+            Some(error_response(
+                &skeleton,
+                response_code::SYSTEM_ERROR,
+                format!("internal error while handling request code {code}"),
+            ))
+        }
+    };
+    if let (Some(response), false) = (response, oneway) {
+        conn.respond(response).await;
+    }
 }
 
 /// Answer for a request code this server does not implement.
