@@ -241,9 +241,11 @@ K annotate mqc demo conveyor.dev/pause-reconciliation- >/dev/null
 wait_for 60 "unpaused: change applied" cm_has async
 
 echo "-- API-server restart"
-kill "$APISERVER_PID"; wait "$APISERVER_PID" 2>/dev/null || true
-sleep 5
+DOWN0=$(date +%s)
+kill "$APISERVER_PID"; wait "$APISERVER_PID" 2>/dev/null || true   # graceful stop; can take a minute
+sleep 2
 start_apiserver
+echo "    API server was unavailable for $(( $(date +%s) - DOWN0 )) s (lease duration 15 s)"
 K patch mqc demo --type merge -p '{"spec":{"broker":{"flushMode":"Sync"}}}' >/dev/null
 wait_for 120 "operator reconciles after the restart" cm_has sync
 check "operator process still running" kill -0 "$OP_PID"
