@@ -6,7 +6,7 @@
 //! FlushRealTimeService: flush on an interval when enough pages are dirty, and fully now and
 //! then.
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -24,11 +24,14 @@ pub(crate) struct FlushSignal {
     work: Condvar,
     /// Wakes waiting appenders.
     done: Condvar,
+    /// Flush requests since the flusher last started a flush (group-commit batch size).
+    requests: AtomicUsize,
 }
 
 impl FlushSignal {
     /// Asks the flusher to make everything below `end` durable (does not wait).
     pub(crate) fn request(&self, end: u64) {
+        self.requests.fetch_add(1, Ordering::Relaxed);
         let mut req = self.requested.lock().unwrap_or_else(|e| e.into_inner());
         if end > *req {
             *req = end;
@@ -39,6 +42,7 @@ impl FlushSignal {
     /// Blocks until `inner`'s CommitLog is durable up to `end` or `timeout` passes.
     pub(crate) fn wait(&self, inner: &Inner, end: u64, timeout: Duration) -> bool {
         let deadline = Instant::now() + timeout;
+        self.requests.fetch_add(1, Ordering::Relaxed);
         let mut req = self.requested.lock().unwrap_or_else(|e| e.into_inner());
         if end > *req {
             *req = end;
@@ -98,18 +102,19 @@ pub(crate) fn run(inner: &Inner) {
 }
 
 fn group_commit(inner: &Inner) {
+    let signal = &inner.flush;
+    // Size and duration of the previous flush: the appenders it released come back with new
+    // requests within a fraction of a flush, so the next flush waits a little for them
+    // instead of starting with the first one alone (which would keep batches tiny).
+    let mut last_batch = 0usize;
+    let mut last_duration = Duration::ZERO;
     loop {
         {
-            let mut req = inner
-                .flush
-                .requested
-                .lock()
-                .unwrap_or_else(|e| e.into_inner());
+            let mut req = signal.requested.lock().unwrap_or_else(|e| e.into_inner());
             while *req <= inner.commit_log.flushed_offset()
                 && !inner.shutdown.load(Ordering::Acquire)
             {
-                req = inner
-                    .flush
+                req = signal
                     .work
                     .wait_timeout(req, Duration::from_millis(10))
                     .unwrap_or_else(|e| e.into_inner())
@@ -119,7 +124,18 @@ fn group_commit(inner: &Inner) {
         if inner.shutdown.load(Ordering::Acquire) {
             return;
         }
+        if last_batch > 1 {
+            let gather_until = Instant::now() + (last_duration / 2).min(Duration::from_millis(1));
+            while signal.requests.load(Ordering::Relaxed) < last_batch
+                && Instant::now() < gather_until
+            {
+                std::thread::park_timeout(Duration::from_micros(50));
+            }
+        }
+        last_batch = signal.requests.swap(0, Ordering::Relaxed);
+        let started = Instant::now();
         flush_now(inner);
+        last_duration = started.elapsed();
     }
 }
 
