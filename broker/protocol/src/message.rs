@@ -264,6 +264,35 @@ fn put_host(buf: &mut Vec<u8>, addr: &SocketAddr) {
     buf.extend_from_slice(&(addr.port() as i32).to_be_bytes());
 }
 
+/// The properties part of a record being encoded: raw bytes, or a [`Properties`] written
+/// straight into the record (no intermediate string on the store's append path).
+enum PropsSource<'a> {
+    Raw(&'a [u8]),
+    Parsed(&'a Properties),
+}
+
+impl PropsSource<'_> {
+    fn len(&self) -> usize {
+        match self {
+            PropsSource::Raw(r) => r.len(),
+            PropsSource::Parsed(p) => p.encoded_len(),
+        }
+    }
+    fn needs_separator(&self) -> bool {
+        match self {
+            PropsSource::Raw(r) => !r.is_empty() && r.last() != Some(&PROPERTY_SEPARATOR),
+            // Java's form always ends with a separator.
+            PropsSource::Parsed(_) => false,
+        }
+    }
+    fn write(&self, buf: &mut Vec<u8>) {
+        match self {
+            PropsSource::Raw(r) => buf.extend_from_slice(r),
+            PropsSource::Parsed(p) => p.encode_into(buf),
+        }
+    }
+}
+
 /// Appends one record to `buf` and returns its size. `props` is the raw properties string,
 /// which must not already carry a checksum trailer; STORETIMESTAMP and STOREHOST are given
 /// separately because the store stamps them. SYSFLAG's host-version bits are set from the
@@ -275,7 +304,39 @@ pub fn encode_record(
     store_host: SocketAddr,
     buf: &mut Vec<u8>,
 ) -> Result<usize, RecordError> {
-    let needs_sep = !props.is_empty() && props.last() != Some(&PROPERTY_SEPARATOR);
+    encode_with(
+        msg,
+        PropsSource::Raw(props),
+        store_timestamp,
+        store_host,
+        buf,
+    )
+}
+
+/// [`encode_record`] with the message's own properties, written directly into `buf`.
+pub fn encode_message(
+    msg: &StoredMessage,
+    store_timestamp: i64,
+    store_host: SocketAddr,
+    buf: &mut Vec<u8>,
+) -> Result<usize, RecordError> {
+    encode_with(
+        msg,
+        PropsSource::Parsed(&msg.properties),
+        store_timestamp,
+        store_host,
+        buf,
+    )
+}
+
+fn encode_with(
+    msg: &StoredMessage,
+    props: PropsSource<'_>,
+    store_timestamp: i64,
+    store_host: SocketAddr,
+    buf: &mut Vec<u8>,
+) -> Result<usize, RecordError> {
+    let needs_sep = props.needs_separator();
     let props_total = props.len() + usize::from(needs_sep) + RECORD_CRC_TRAILER_LEN;
     if props_total > MAX_PROPERTIES_LEN {
         return Err(RecordError::PropertiesTooLong(props_total));
@@ -324,7 +385,7 @@ pub fn encode_record(
     }
     buf.extend_from_slice(topic);
     buf.extend_from_slice(&(props_total as i16).to_be_bytes());
-    buf.extend_from_slice(props);
+    props.write(buf);
     if needs_sep {
         buf.push(PROPERTY_SEPARATOR);
     }

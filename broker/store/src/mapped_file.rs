@@ -180,6 +180,28 @@ impl MappedFile {
         self.read(0, self.size as usize)
     }
 
+    /// Faults `[pos, pos + len)` into the page cache ahead of the writer, so the zeroing of
+    /// fresh pages happens on the calling (background) thread rather than inside appends.
+    /// Best effort: an old kernel without MADV_POPULATE_READ simply skips it.
+    pub fn prefault(&self, pos: u64, len: u64) {
+        const MADV_POPULATE_READ: libc::c_int = 22;
+        let page = 4096u64;
+        let start = pos - pos % page;
+        let end = (pos + len).min(self.size);
+        if end <= start {
+            return;
+        }
+        // SAFETY: the range lies inside this mapping; MADV_POPULATE_READ only faults pages in
+        // (read-only), it never changes their content.
+        unsafe {
+            libc::madvise(
+                self.map.as_mut_ptr().add(start as usize).cast(),
+                (end - start) as usize,
+                MADV_POPULATE_READ,
+            );
+        }
+    }
+
     /// Position below which bytes are durable.
     pub fn flushed(&self) -> u64 {
         self.flushed.load(Ordering::Acquire)

@@ -10,7 +10,7 @@ use std::sync::{Arc, Condvar, Mutex, OnceLock, RwLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use conveyor_protocol::message::{encode_record, keys, RecordView, StoredMessage};
+use conveyor_protocol::message::{encode_message, keys, RecordView, StoredMessage};
 use tokio::sync::watch;
 
 use crate::checkpoint::Checkpoint;
@@ -119,6 +119,11 @@ pub trait MessageFilter {
 pub struct AcceptAll;
 
 impl MessageFilter for AcceptAll {}
+
+thread_local! {
+    /// Each appending thread reuses one encode buffer instead of allocating per append.
+    static BATCH: std::cell::RefCell<EncodedBatch> = std::cell::RefCell::new(EncodedBatch::default());
+}
 
 /// Scan at most this many entries per read when a filter skips messages
 /// (RocketMQ's `maxFilterMessageCount`).
@@ -244,6 +249,35 @@ impl Inner {
             )));
         }
         Ok(())
+    }
+}
+
+/// How far ahead of the write position pages are faulted in.
+const PREFAULT_AHEAD: u64 = 16 << 20;
+/// Faulted in per step.
+const PREFAULT_STEP: u64 = 1 << 20;
+
+/// Keeps the pages just ahead of the CommitLog's write position faulted in (RocketMQ warms
+/// mapped files for the same reason): a first touch of a page costs a fault and zeroing a
+/// page, which would otherwise land inside appends.
+fn prefault_ahead(inner: &Inner) {
+    let mut warmed = 0u64;
+    while !inner.shutdown.load(Ordering::Acquire) {
+        let write_pos = inner.commit_log.max_offset();
+        warmed = warmed.max(write_pos);
+        if warmed >= write_pos + PREFAULT_AHEAD {
+            std::thread::park_timeout(Duration::from_millis(1));
+            continue;
+        }
+        match inner.commit_log.segment_at(warmed) {
+            Some(seg) => {
+                let step = PREFAULT_STEP.min(seg.end() - warmed);
+                seg.prefault(warmed - seg.base(), step);
+                warmed += step;
+            }
+            // The next segment does not exist yet: wait for the roll.
+            None => std::thread::park_timeout(Duration::from_millis(1)),
+        }
     }
 }
 
@@ -464,6 +498,7 @@ impl MessageStore {
             }
         })?);
         threads.push(spawn("store-clean", retention::run)?);
+        threads.push(spawn("store-prefault", prefault_ahead)?);
         Ok(())
     }
 
@@ -495,15 +530,36 @@ impl MessageStore {
         validate_topic(&first.topic)?;
         inner.check_disk()?;
         let store_ts = now_ms();
-        let mut batch = EncodedBatch::default();
+        BATCH
+            .with(|cell| {
+                let mut batch = cell.borrow_mut();
+                batch.buf.clear();
+                batch.sizes.clear();
+                let result = self.append_encoded(messages, first, store_ts, &mut batch);
+                if batch.buf.capacity() > 1 << 20 {
+                    // Keep the cached buffer small after an exceptionally large batch.
+                    *batch = EncodedBatch::default();
+                }
+                result
+            })
+            .map(|placements| (placements, store_ts))
+    }
+
+    fn append_encoded(
+        &self,
+        messages: &[StoredMessage],
+        first: &StoredMessage,
+        store_ts: i64,
+        batch: &mut EncodedBatch,
+    ) -> Result<Vec<Placement>> {
+        let inner = &self.inner;
         for m in messages {
             if m.topic != first.topic || m.queue_id != first.queue_id {
                 return Err(StoreError::InvalidConfig(
                     "a batch must target one topic and queue".into(),
                 ));
             }
-            let props = m.properties.encode();
-            let size = encode_record(m, &props, store_ts, inner.config.store_host, &mut batch.buf)?;
+            let size = encode_message(m, store_ts, inner.config.store_host, &mut batch.buf)?;
             if size > inner.config.max_message_size {
                 return Err(StoreError::MessageTooLarge {
                     size,
@@ -519,13 +575,13 @@ impl MessageStore {
                 &mut state,
                 &first.topic,
                 first.queue_id,
-                &mut batch,
+                batch,
                 &mut placements,
             )?;
         }
         // The dispatcher is not woken per append: it polls every millisecond (RocketMQ's reput
         // service does the same), which keeps context switches off the append path.
-        Ok((placements, store_ts))
+        Ok(placements)
     }
 
     /// Appends and, under SYNC_FLUSH, waits until the records are durable (unless the first
