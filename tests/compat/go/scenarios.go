@@ -81,6 +81,13 @@ func firstKey(m *primitive.MessageExt) string {
 
 func ms(d time.Duration) string { return fmt.Sprintf("%dms", d.Milliseconds()) }
 
+// msSince is to - from at millisecond resolution. RocketMQ timestamps (store time, due time) are whole milliseconds,
+// so a broker that stores at 12.9 ms and delivers "store time + 1000 ms" at 1012.0 ms is on time although only
+// 999.1 ms passed: comparing at nanosecond resolution would call that early.
+func msSince(from, to time.Time) time.Duration {
+	return time.Duration(to.UnixMilli()-from.UnixMilli()) * time.Millisecond
+}
+
 // problems collects check failures; all are printed, the first is the FAIL reason.
 type problems struct {
 	mu   sync.Mutex
@@ -470,7 +477,8 @@ func runRetryDLQ(topic string, diag *[]func() []string) error {
 		for i := 1; i < len(ds); i++ {
 			lvl := 3 + int(ds[i-1].reconsumeTimes)
 			want := levelDelay(levels, lvl)
-			got := ds[i].at.Sub(ds[i-1].returned)
+			// Millisecond resolution, like the broker's timestamps (see msSince).
+			got := msSince(ds[i-1].returned, ds[i].at)
 			line += fmt.Sprintf(" retry %d after %s (level %d = %s)", i, ms(got), lvl, ms(want))
 			if got < want {
 				probs.add("%s: retry %d delivered %s after ConsumeRetryLater, before its delay of %s", e.key, i, ms(got), ms(want))
@@ -613,15 +621,15 @@ func runDelayLevels(topic string, diag *[]func() []string) error {
 			if t.Before(first) {
 				first = t
 			}
-			if t.Before(s.start.Add(d)) {
+			if msSince(s.start, t) < d {
 				probs.add("%s (level %d = %s) delivered %s after its send started: early (%s)", s.e.key, s.level, ms(d),
-					ms(t.Sub(s.start)), info[s.e.key])
+					ms(msSince(s.start, t)), info[s.e.key])
 			}
 		}
-		perLvl[s.level] = append(perLvl[s.level], ms(first.Sub(s.end)))
-		if first.After(s.end.Add(d + late)) {
+		perLvl[s.level] = append(perLvl[s.level], ms(msSince(s.end, first)))
+		if msSince(s.end, first) > d+late {
 			probs.add("%s (level %d = %s) first delivered %s after its send returned: more than %s late (%s)", s.e.key,
-				s.level, ms(d), ms(first.Sub(s.end)), ms(late), info[s.e.key])
+				s.level, ms(d), ms(msSince(s.end, first)), ms(late), info[s.e.key])
 		}
 	}
 	mu.Unlock()
