@@ -172,6 +172,32 @@ hash_changed() { [ "$(K get sts demo-broker-0 -o jsonpath='{.spec.template.metad
 wait_for 30 "pod-template config hash changed" hash_changed
 wait_for 30 "status follows generation 2" status_current
 
+echo "-- Ready once the StatefulSets report ready pods (status written as the StatefulSet controller would)"
+mark_ready() {
+  local gen n
+  for sts in demo-namesrv demo-broker-0 demo-broker-1 "$@"; do
+    gen=$(K get sts "$sts" -o jsonpath='{.metadata.generation}'); n=$(K get sts "$sts" -o jsonpath='{.spec.replicas}')
+    K patch sts "$sts" --subresource=status --type merge -p \
+      "{\"status\":{\"observedGeneration\":$gen,\"replicas\":$n,\"readyReplicas\":$n,\"updatedReplicas\":$n,\"currentReplicas\":$n,\"availableReplicas\":$n}}" >/dev/null
+  done
+}
+mark_ready
+is_ready() { [ "$(cond Ready)/$(cond Reconciling)/$(cond Stalled)" = "True/False/False" ]; }
+wait_for 60 "Ready=True, Reconciling=False, Stalled=False" is_ready
+check "status: group pods, ready count and master" test \
+  "$(K get mqc demo -o jsonpath='{.status.groups[1].pods[1]}/{.status.groups[1].readyReplicas}/{.status.groups[1].master}')" = "demo-broker-1-1/2/demo-broker-1-0"
+ready_event() { K get events.events.k8s.io -o jsonpath='{range .items[*]}{.type}/{.reason}{"\n"}{end}' | grep -q "Normal/Ready"; }
+wait_for 30 "Normal event Ready" ready_event
+
+echo "-- scale groups up 2 -> 3"
+K patch mqc demo --type merge -p '{"spec":{"broker":{"groups":3}}}' >/dev/null
+wait_for 60 "group 2 created (StatefulSet, ConfigMap, Service, PDB)" bash -c \
+  "kubectl get sts demo-broker-2 && kubectl get cm demo-broker-2-config && kubectl get svc demo-broker-2 && kubectl get pdb demo-broker-2"
+not_ready() { [ "$(cond Ready)/$(cond Reconciling)" = "False/True" ]; }
+wait_for 30 "new group not ready yet: Ready=False, Reconciling=True" not_ready
+mark_ready demo-broker-2
+wait_for 60 "Ready again after group 2 is ready" is_ready
+
 echo "-- the rendered broker config is accepted by the real broker"
 CONVEYOR_BIN="${CARGO_TARGET_DIR:-$ROOT/target}/debug/conveyor"
 if [ -x "$CONVEYOR_BIN" ]; then
@@ -212,13 +238,13 @@ if python3 -c 'import yaml' 2>/dev/null; then
 else skip "python3 yaml module missing: CEL rejection checks skipped"; fi
 
 echo "-- group scale-down is refused"
-K patch mqc demo --type merge -p '{"spec":{"broker":{"groups":1}}}' >/dev/null
+K patch mqc demo --type merge -p '{"spec":{"broker":{"groups":1}}}' >/dev/null   # from 3
 stalled_scale() { [ "$(cond Stalled)/$(cond_reason Stalled)" = "True/GroupScaleDownRefused" ]; }
 wait_for 60 "Stalled=True GroupScaleDownRefused" stalled_scale
-check "group 1 still exists" quiet K get sts demo-broker-1
+check "groups 1 and 2 still exist" quiet K get sts demo-broker-1 demo-broker-2
 warn_event() { K get events.events.k8s.io -o jsonpath='{range .items[*]}{.type}/{.reason}{"\n"}{end}' | grep -q "Warning/GroupScaleDownRefused"; }
 wait_for 30 "Warning event GroupScaleDownRefused" warn_event
-K patch mqc demo --type merge -p '{"spec":{"broker":{"groups":2}}}' >/dev/null
+K patch mqc demo --type merge -p '{"spec":{"broker":{"groups":3}}}' >/dev/null
 unstalled() { [ "$(cond Stalled)" = False ] && status_current; }
 wait_for 60 "restoring groups clears Stalled" unstalled
 check "operator did not hot-loop (log lines < 400)" test "$(wc -l < "$D/operator.log")" -lt 400
