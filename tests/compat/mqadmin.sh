@@ -36,6 +36,6 @@ shift
 exec java -Xms32m -Xmx256m \
   -Drocketmq.home.dir="$HERE/mqadmin" \
   -Dcompat.logDir="$LOG_DIR" \
-  -Drocketmq.client.logRoot="$LOG_DIR" -Drocketmq.log.root="$LOG_DIR" \
+  -Drocketmq.client.logRoot="$LOG_DIR" -Drocketmq.log.root="$LOG_DIR" -Duser.home="$LOG_DIR/mqadmin-home" \
   -cp "$(cat "$CP_FILE")" \
   org.apache.rocketmq.tools.command.MQAdminStartup "$cmd" -n "$NAMESRV_ADDR" "$@"

@@ -87,8 +87,10 @@ java_cmd() {
   local logroot="$LOG_DIR/java-$profile"
   mkdir -p "$logroot"
   # The logback file keeps 4.9.x client logging (slf4j via the tools' logback) off stdout.
-  # rocketmq.client.logRoot: 4.9.x client log; rocketmq.log.root: 5.x client log (default ~/logs/rocketmqlogs).
+  # rocketmq.client.logRoot: 4.9.x client log; rocketmq.log.root: 5.x client log. With rocketmq-tools on the
+  # classpath the 5.x client logs through the tools' logback file to ${user.home}/logs/rocketmqlogs, hence user.home.
   JAVA_ARGV=(java -Xms64m -Xmx1g -Drocketmq.client.logRoot="$logroot" -Drocketmq.log.root="$logroot"
+    -Duser.home="$logroot/home"
     -Dlogback.configurationFile="$HERE/mqadmin/conf/logback_tools.xml" -Dcompat.logDir="$logroot"
     -cp "$(cat "$OUT/java-$profile.classpath")" "$@")
 }
