@@ -313,13 +313,7 @@ pub async fn consume(config: &ConsumeConfig) -> Result<Stats> {
             s
         }));
     }
-    let mut total = Stats::default();
-    for t in tasks {
-        match t.await {
-            Ok(s) => total.add(s),
-            Err(e) => warn!(error = %e, "consumer task failed"),
-        }
-    }
+    let mut total = collect(tasks, "consumer task failed").await;
     total.elapsed = start.elapsed();
     for c in &consumers {
         c.close();
@@ -544,13 +538,7 @@ where
             }));
         }
     }
-    let mut total = Stats::default();
-    for t in tasks {
-        match t.await {
-            Ok(s) => total.add(s),
-            Err(e) => warn!(error = %e, "load task failed"),
-        }
-    }
+    let mut total = collect(tasks, "load task failed").await;
     total.elapsed = start.elapsed();
     total
 }
@@ -730,4 +718,16 @@ pub async fn delayed(config: &DelayConfig) -> Result<DelayStats> {
         early,
         max_lateness: Duration::from_millis(max_late.max(0) as u64),
     })
+}
+
+/// Sums the stats of finished load tasks (a task that panicked is logged and skipped).
+async fn collect(tasks: Vec<tokio::task::JoinHandle<Stats>>, what: &str) -> Stats {
+    let mut total = Stats::default();
+    for t in tasks {
+        match t.await {
+            Ok(s) => total.add(s),
+            Err(e) => warn!(error = %e, "{what}"),
+        }
+    }
+    total
 }

@@ -297,13 +297,7 @@ impl Producer {
     pub async fn send_oneway(&self, msg: &Message) -> Result<()> {
         msg.validate().map_err(ClientError::InvalidArgument)?;
         let info = self.publish_info(&msg.topic).await?;
-        let queue = self
-            .selector
-            .select(&info.queues, None)
-            .cloned()
-            .ok_or_else(|| ClientError::NoRoute {
-                topic: msg.topic.clone(),
-            })?;
+        let queue = self.next_queue(&info, &msg.topic, None)?;
         let addr = broker_addr(&info, &queue)?;
         let uniq = self.new_uniq_id();
         let props = msg.wire_properties(Some(&uniq));
@@ -389,18 +383,27 @@ impl Producer {
         }
     }
 
+    /// The next queue round-robin, avoiding `avoid`'s broker when others exist.
+    fn next_queue(
+        &self,
+        info: &PublishInfo,
+        topic: &str,
+        avoid: Option<&str>,
+    ) -> Result<MessageQueue> {
+        self.selector
+            .select(&info.queues, avoid)
+            .cloned()
+            .ok_or_else(|| ClientError::NoRoute {
+                topic: topic.to_string(),
+            })
+    }
+
     /// Sends a transactional half message: stored, but invisible to consumers until
     /// [`Producer::end_transaction`] commits it (or the broker's check-back resolves it).
     pub async fn send_half(&self, msg: &Message) -> Result<SendResult> {
         msg.validate().map_err(ClientError::InvalidArgument)?;
         let info = self.publish_info(&msg.topic).await?;
-        let queue = self
-            .selector
-            .select(&info.queues, None)
-            .cloned()
-            .ok_or_else(|| ClientError::NoRoute {
-                topic: msg.topic.clone(),
-            })?;
+        let queue = self.next_queue(&info, &msg.topic, None)?;
         let uniq = self.new_uniq_id();
         let mut props = msg.wire_properties(Some(&uniq));
         props.insert(keys::TRANSACTION_PREPARED, "true");
