@@ -119,27 +119,39 @@ impl ConsumeQueue {
     /// Finds the last valid entry (one whose record lies below `log_end`), wipes everything
     /// after it and deletes later files, so the queue agrees with the recovered CommitLog.
     pub fn recover(&self, log_end: u64) -> Result<()> {
+        let valid = |raw: &[u8]| matches!(CqEntry::decode(raw), Some(e) if e.physical_offset + e.size as u64 <= log_end);
         let mut files = self.files.write().unwrap_or_else(|e| e.into_inner());
-        let mut max = files.first().map_or(0, |f| (f.base() / CQ_UNIT) as i64);
-        let mut cut_file = None;
-        'files: for (i, f) in files.iter().enumerate() {
-            let data = f.all();
-            for (n, raw) in data.chunks_exact(CQ_UNIT as usize).enumerate() {
-                match CqEntry::decode(raw) {
-                    Some(e) if e.physical_offset + e.size as u64 <= log_end => {
-                        max = ((f.base() / CQ_UNIT) + n as u64 + 1) as i64;
-                    }
-                    _ => {
-                        f.zero_from(n as u64 * CQ_UNIT);
-                        f.flush_all()?;
-                        cut_file = Some(if n == 0 && i > 0 { i } else { i + 1 });
-                        break 'files;
-                    }
-                }
+        if files.is_empty() {
+            return Ok(());
+        }
+        // Entries are written in order and their commit-log offsets grow, so the valid ones
+        // form a prefix: find the last file that starts with a valid entry, then binary-search
+        // its end. Recovery thus costs O(files + log entries), not a scan of every entry.
+        let mut keep = files.len();
+        while keep > 1 && !valid(files[keep - 1].read(0, CQ_UNIT as usize)) {
+            keep -= 1;
+        }
+        let last = &files[keep - 1];
+        let data = last.all();
+        let entries = data.len() / CQ_UNIT as usize;
+        let entry = |n: usize| &data[n * CQ_UNIT as usize..(n + 1) * CQ_UNIT as usize];
+        let (mut lo, mut hi) = (0usize, entries);
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            if valid(entry(mid)) {
+                lo = mid + 1;
+            } else {
+                hi = mid;
             }
         }
-        if let Some(keep) = cut_file {
-            let keep = keep.max(1).min(files.len());
+        // Everything after the last valid entry must read as empty: wipe leftovers (a torn or
+        // truncated tail) so they can never be taken for entries later.
+        if lo < entries && entry(lo).iter().any(|b| *b != 0) {
+            last.zero_from(lo as u64 * CQ_UNIT);
+            last.flush_all()?;
+        }
+        let max = (last.base() / CQ_UNIT) as i64 + lo as i64;
+        if keep < files.len() {
             for f in files.drain(keep..) {
                 f.delete()?;
             }

@@ -129,6 +129,11 @@ async fn handle_connection<P: Processor>(
         };
         let request = match frame {
             Ok(Some(Ok(cmd))) => cmd,
+            Ok(Some(Err(super::CodecError::Io(e)))) => {
+                // The peer went away (reset, broken pipe): routine when a client exits.
+                tracing::debug!(%peer, error = %e, "connection lost");
+                break;
+            }
             Ok(Some(Err(e))) => {
                 tracing::warn!(%peer, error = %e, "closing connection after a malformed frame");
                 break;
