@@ -7,9 +7,9 @@ use k8s_openapi::api::apps::v1::{
     StatefulSet, StatefulSetPersistentVolumeClaimRetentionPolicy, StatefulSetSpec,
 };
 use k8s_openapi::api::core::v1::{
-    ConfigMap, ConfigMapVolumeSource, Container, ContainerPort, PersistentVolumeClaim,
-    PersistentVolumeClaimSpec, PodSpec, PodTemplateSpec, Service, ServicePort, ServiceSpec, Volume,
-    VolumeMount, VolumeResourceRequirements,
+    ConfigMap, ConfigMapVolumeSource, Container, PersistentVolumeClaim, PersistentVolumeClaimSpec,
+    PodSpec, PodTemplateSpec, Service, ServicePort, ServiceSpec, Volume, VolumeMount,
+    VolumeResourceRequirements,
 };
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -21,9 +21,9 @@ use crate::crd::MessageQueueCluster;
 
 use super::{
     config::{render_broker_toml, ConfigError},
-    container_security, field_env, hash, http_probe, labels, names, namespace, owner_reference,
-    pod_security, selector_labels, Component, BROKER_PORT, CONFIG_DIR, CONFIG_HASH_ANNOTATION,
-    CONVEYOR_BIN, DATA_DIR, HTTP_PORT,
+    container_ports, container_security, field_env, hash, http_probe, labels, names, namespace,
+    owner_reference, pod_security, selector_labels, Component, BROKER_PORT, CONFIG_DIR,
+    CONFIG_HASH_ANNOTATION, CONVEYOR_BIN, DATA_DIR,
 };
 
 fn meta(mqc: &MessageQueueCluster, name: String, group: i32) -> ObjectMeta {
@@ -114,20 +114,7 @@ pub fn broker_statefulset(
             field_env("POD_NAME", "metadata.name"),
             field_env("POD_IP", "status.podIP"),
         ]),
-        ports: Some(vec![
-            ContainerPort {
-                name: Some("remoting".into()),
-                container_port: BROKER_PORT,
-                protocol: Some("TCP".into()),
-                ..Default::default()
-            },
-            ContainerPort {
-                name: Some("http".into()),
-                container_port: HTTP_PORT,
-                protocol: Some("TCP".into()),
-                ..Default::default()
-            },
-        ]),
+        ports: Some(container_ports(BROKER_PORT)),
         readiness_probe: Some(http_probe("/readyz", 5, 3, 5)),
         liveness_probe: Some(http_probe("/healthz", 10, 6, 30)),
         resources: spec.broker.resources.clone(),

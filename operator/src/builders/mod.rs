@@ -8,8 +8,8 @@ mod nameserver;
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
-    Capabilities, EnvVar, EnvVarSource, ObjectFieldSelector, PodSecurityContext, Probe,
-    SeccompProfile, SecurityContext,
+    Capabilities, ContainerPort, EnvVar, EnvVarSource, ObjectFieldSelector, PodSecurityContext,
+    Probe, SeccompProfile, SecurityContext,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -150,6 +150,19 @@ fn field_env(name: &str, path: &str) -> EnvVar {
         }),
         ..Default::default()
     }
+}
+
+/// The two ports every Conveyor container exposes: remoting (`port`) and HTTP probes/metrics.
+fn container_ports(port: i32) -> Vec<ContainerPort> {
+    [("remoting", port), ("http", HTTP_PORT)]
+        .into_iter()
+        .map(|(name, container_port)| ContainerPort {
+            name: Some(name.into()),
+            container_port,
+            protocol: Some("TCP".into()),
+            ..Default::default()
+        })
+        .collect()
 }
 
 fn http_probe(path: &str, period: i32, failure_threshold: i32, initial_delay: i32) -> Probe {

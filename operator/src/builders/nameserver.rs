@@ -3,7 +3,7 @@
 
 use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetSpec};
 use k8s_openapi::api::core::v1::{
-    Container, ContainerPort, PodSpec, PodTemplateSpec, Service, ServicePort, ServiceSpec,
+    Container, PodSpec, PodTemplateSpec, Service, ServicePort, ServiceSpec,
 };
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
@@ -13,9 +13,9 @@ use kube::ResourceExt;
 use crate::crd::MessageQueueCluster;
 
 use super::{
-    container_security, field_env, hash, http_probe, labels, names, namespace, owner_reference,
-    pod_security, selector_labels, Component, CONFIG_HASH_ANNOTATION, CONVEYOR_BIN, HTTP_PORT,
-    NAMESRV_PORT,
+    container_ports, container_security, field_env, hash, http_probe, labels, names, namespace,
+    owner_reference, pod_security, selector_labels, Component, CONFIG_HASH_ANNOTATION,
+    CONVEYOR_BIN, HTTP_PORT, NAMESRV_PORT,
 };
 
 fn meta(mqc: &MessageQueueCluster, name: String) -> ObjectMeta {
@@ -112,20 +112,7 @@ pub fn name_server_statefulset(mqc: &MessageQueueCluster) -> StatefulSet {
         command: Some(vec![CONVEYOR_BIN.into()]),
         args: Some(args.clone()),
         env: Some(vec![field_env("POD_NAME", "metadata.name")]),
-        ports: Some(vec![
-            ContainerPort {
-                name: Some("remoting".into()),
-                container_port: NAMESRV_PORT,
-                protocol: Some("TCP".into()),
-                ..Default::default()
-            },
-            ContainerPort {
-                name: Some("http".into()),
-                container_port: HTTP_PORT,
-                protocol: Some("TCP".into()),
-                ..Default::default()
-            },
-        ]),
+        ports: Some(container_ports(NAMESRV_PORT)),
         readiness_probe: Some(http_probe("/readyz", 5, 3, 2)),
         liveness_probe: Some(http_probe("/healthz", 10, 6, 10)),
         resources: spec.name_server.resources.clone(),
