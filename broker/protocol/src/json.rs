@@ -37,8 +37,74 @@ pub fn to_string<T: Serialize + ?Sized>(value: &T) -> Result<String, JsonError> 
 }
 
 /// Parses a JSON body. Unknown fields are ignored by every type in this crate.
+///
+/// Also accepts fastjson's default dialect, which Apache RocketMQ still writes in some bodies
+/// (GET_BROKER_CLUSTER_INFO, old route formats): integer map keys without quotes
+/// (`{"brokerAddrs":{0:"host:port"}}`). Such text is only rewritten when strict parsing fails.
 pub fn from_slice<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, JsonError> {
-    Ok(serde_json::from_slice(bytes)?)
+    match serde_json::from_slice(bytes) {
+        Ok(v) => Ok(v),
+        Err(strict) => match quote_bare_integer_keys(bytes) {
+            Some(fixed) => serde_json::from_slice(&fixed).map_err(|_| strict.into()),
+            None => Err(strict.into()),
+        },
+    }
+}
+
+/// Quotes integer object keys (`{0:` or `,12:` outside strings); `None` if there are none.
+fn quote_bare_integer_keys(bytes: &[u8]) -> Option<Vec<u8>> {
+    let mut out = Vec::with_capacity(bytes.len() + 16);
+    let (mut in_string, mut escaped, mut changed) = (false, false, false);
+    // True right after `{` or `,` (ignoring whitespace) outside a string: a key may follow.
+    let mut key_position = false;
+    let mut i = 0;
+    while i < bytes.len() {
+        let b = bytes[i];
+        if in_string {
+            out.push(b);
+            if escaped {
+                escaped = false;
+            } else if b == b'\\' {
+                escaped = true;
+            } else if b == b'"' {
+                in_string = false;
+            }
+            i += 1;
+            continue;
+        }
+        if key_position && (b.is_ascii_digit() || b == b'-') {
+            let start = i;
+            let mut end = i + 1;
+            while end < bytes.len() && bytes[end].is_ascii_digit() {
+                end += 1;
+            }
+            let mut colon = end;
+            while colon < bytes.len() && bytes[colon].is_ascii_whitespace() {
+                colon += 1;
+            }
+            if colon < bytes.len() && bytes[colon] == b':' {
+                out.push(b'"');
+                out.extend_from_slice(&bytes[start..end]);
+                out.push(b'"');
+                changed = true;
+                key_position = false;
+                i = end;
+                continue;
+            }
+        }
+        match b {
+            b'"' => in_string = true,
+            b'{' | b',' => key_position = true,
+            b if b.is_ascii_whitespace() => {}
+            _ => key_position = false,
+        }
+        if b == b'"' {
+            key_position = false;
+        }
+        out.push(b);
+        i += 1;
+    }
+    changed.then_some(out)
 }
 
 /// Compact formatter that escapes non-ASCII characters like fastjson does.
@@ -79,6 +145,21 @@ where
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn accepts_fastjson_integer_keys() {
+        use crate::route::ClusterInfo;
+        let text = br#"{"brokerAddrTable":{"broker-a":{"brokerAddrs":{0:"127.0.0.1:10911", 1 :"10.0.0.2:10911"},"brokerName":"broker-a","cluster":"C"}},"clusterAddrTable":{"C":["broker-a"]}}"#;
+        let info: ClusterInfo = from_slice(text).unwrap();
+        let addrs = &info.broker_addr_table["broker-a"].broker_addrs;
+        assert_eq!(addrs[&0], "127.0.0.1:10911");
+        assert_eq!(addrs[&1], "10.0.0.2:10911");
+        // Digits inside strings and array values are left alone.
+        let v: serde_json::Value = from_slice(br#"{"a":"{0:1}","b":[1,2],"c":{"d":3}}"#).unwrap();
+        assert_eq!(v["a"], "{0:1}");
+        assert!(quote_bare_integer_keys(br#"{"a":[1,2]}"#).is_none());
+    }
+
     use super::*;
     use std::collections::BTreeMap;
 
