@@ -116,58 +116,8 @@ pub struct SendResult {
     pub transaction_id: Option<String>,
 }
 
-/// The SEND_MESSAGE_V2 / SEND_BATCH_MESSAGE request header (§5.1) in its logical form.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SendHeader {
-    /// `a`: producer group.
-    pub producer_group: String,
-    /// `b`: topic.
-    pub topic: String,
-    /// `c`: template topic for auto-creation.
-    pub default_topic: String,
-    /// `d`: queue count for auto-creation.
-    pub default_topic_queue_nums: i32,
-    /// `e`: queue id.
-    pub queue_id: i32,
-    /// `f`: SYSFLAG.
-    pub sys_flag: i32,
-    /// `g`: born timestamp (ms).
-    pub born_timestamp: i64,
-    /// `h`: user flag.
-    pub flag: i32,
-    /// `i`: properties string.
-    pub properties: String,
-    /// `j`: reconsume times.
-    pub reconsume_times: i32,
-    /// `k`: unit mode.
-    pub unit_mode: bool,
-    /// `m`: batch.
-    pub batch: bool,
-    /// `n`: broker name.
-    pub broker_name: String,
-}
-
-impl SendHeader {
-    /// The short-key `extFields` of codes 310/320: `a`…`k`, `m`, `n` (`l`, max reconsume
-    /// times, only matters for retry topics and is omitted).
-    pub fn to_ext_fields(&self) -> ExtFields {
-        let mut f = ExtFields::new();
-        f.insert("a".into(), self.producer_group.clone());
-        f.insert("b".into(), self.topic.clone());
-        f.insert("c".into(), self.default_topic.clone());
-        f.insert("d".into(), self.default_topic_queue_nums.to_string());
-        f.insert("e".into(), self.queue_id.to_string());
-        f.insert("f".into(), self.sys_flag.to_string());
-        f.insert("g".into(), self.born_timestamp.to_string());
-        f.insert("h".into(), self.flag.to_string());
-        f.insert("i".into(), self.properties.clone());
-        f.insert("j".into(), self.reconsume_times.to_string());
-        f.insert("k".into(), self.unit_mode.to_string());
-        f.insert("m".into(), self.batch.to_string());
-        f.insert("n".into(), self.broker_name.clone());
-        f
-    }
-}
+/// The SEND_MESSAGE_V2 / SEND_BATCH_MESSAGE request header (§5.1), shared with the broker.
+pub use conveyor_protocol::header::SendMessageHeader as SendHeader;
 
 /// Writable queues of a topic and where their brokers are.
 #[derive(Debug)]
@@ -475,8 +425,9 @@ impl Producer {
             properties: props_string(props),
             reconsume_times: 0,
             unit_mode: false,
+            max_reconsume_times: None,
             batch,
-            broker_name: queue.broker_name.clone(),
+            broker_name: Some(queue.broker_name.clone()),
         }
     }
 
@@ -638,8 +589,9 @@ mod tests {
             properties: "UNIQ_KEY\u{1}AC\u{2}WAIT\u{1}true\u{2}TAGS\u{1}TagA\u{2}".into(),
             reconsume_times: 0,
             unit_mode: false,
+            max_reconsume_times: None,
             batch: false,
-            broker_name: "broker-a".into(),
+            broker_name: Some("broker-a".into()),
         };
         let f = h.to_ext_fields();
         let keys: Vec<&str> = f.keys().map(String::as_str).collect();

@@ -14,6 +14,7 @@ pub mod batch;
 pub mod code;
 pub mod command;
 pub mod frame;
+pub mod header;
 pub mod json;
 pub mod message;
 pub mod route;

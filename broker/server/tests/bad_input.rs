@@ -36,7 +36,8 @@ fn send_header(topic: &str, queue_id: i32) -> SendHeader {
         reconsume_times: 0,
         unit_mode: false,
         batch: false,
-        broker_name: "broker-a".into(),
+        max_reconsume_times: None,
+        broker_name: Some("broker-a".into()),
     }
 }
 

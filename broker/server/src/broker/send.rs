@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use conveyor_protocol::batch::decode_batch;
-use conveyor_protocol::code::{request_code as rc, response_code as resp, version};
-use conveyor_protocol::command::{HeaderError, RemotingCommand};
+use conveyor_protocol::code::{response_code as resp, version};
+use conveyor_protocol::command::RemotingCommand;
 use conveyor_protocol::message::{keys, offset_msg_id, Properties, StoredMessage};
 use conveyor_protocol::route::{perm, TopicConfig};
 use conveyor_store::{Placement, StoreError};
@@ -21,54 +21,8 @@ use super::topics::{self, DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX};
 use super::{bad_header, ok, Broker, Reply};
 use crate::remoting::{error_response, Connection};
 
-/// The SEND request header in one shape, whichever of the long (code 10) or short (310/320)
-/// key sets it came with.
-#[derive(Debug, Clone)]
-pub struct SendHeader {
-    pub producer_group: String,
-    pub topic: String,
-    pub default_topic: String,
-    pub default_topic_queue_nums: i32,
-    pub queue_id: i32,
-    pub sys_flag: i32,
-    pub born_timestamp: i64,
-    pub flag: i32,
-    pub properties: String,
-    pub reconsume_times: i32,
-    pub max_reconsume_times: Option<i32>,
-    pub batch: bool,
-}
-
-impl SendHeader {
-    /// Reads the header of a SEND request.
-    pub fn parse(req: &RemotingCommand) -> Result<Self, HeaderError> {
-        let short = req.code != rc::SEND_MESSAGE;
-        let k = |long: &'static str, short_key: &'static str| if short { short_key } else { long };
-        Ok(Self {
-            producer_group: req.get_str(k("producerGroup", "a"))?.to_string(),
-            topic: req.get_str(k("topic", "b"))?.to_string(),
-            default_topic: req
-                .get_str_opt(k("defaultTopic", "c"))
-                .unwrap_or(topics::AUTO_CREATE_TOPIC)
-                .to_string(),
-            default_topic_queue_nums: req
-                .get_i32_opt(k("defaultTopicQueueNums", "d"))?
-                .unwrap_or(4),
-            queue_id: req.get_i32(k("queueId", "e"))?,
-            sys_flag: req.get_i32_opt(k("sysFlag", "f"))?.unwrap_or(0),
-            born_timestamp: req.get_i64_opt(k("bornTimestamp", "g"))?.unwrap_or(0),
-            flag: req.get_i32_opt(k("flag", "h"))?.unwrap_or(0),
-            properties: req
-                .get_str_opt(k("properties", "i"))
-                .unwrap_or_default()
-                .to_string(),
-            reconsume_times: req.get_i32_opt(k("reconsumeTimes", "j"))?.unwrap_or(0),
-            max_reconsume_times: req.get_i32_opt(k("maxReconsumeTimes", "l"))?,
-            batch: req.code == rc::SEND_BATCH_MESSAGE
-                || req.get_bool_opt(k("batch", "m"))?.unwrap_or(false),
-        })
-    }
-}
+/// The SEND request header (shared with the client in the protocol crate).
+pub use conveyor_protocol::header::SendMessageHeader as SendHeader;
 
 /// Parses RocketMQ's delay level string ("1s 5s 10s 30s 1m … 2h") into durations.
 pub fn parse_delay_levels(levels: &str) -> Vec<Duration> {
@@ -394,40 +348,5 @@ mod tests {
         assert_eq!(a.len(), 32);
         assert!(a.bytes().all(|c| c.is_ascii_hexdigit()));
         assert_ne!(a, b);
-    }
-
-    #[test]
-    fn v2_and_long_headers_read_the_same() {
-        let v2 = RemotingCommand::request(rc::SEND_MESSAGE_V2, Default::default())
-            .with_ext("a", "PG")
-            .with_ext("b", "T")
-            .with_ext("c", "TBW102")
-            .with_ext("d", 4)
-            .with_ext("e", 2)
-            .with_ext("f", 0)
-            .with_ext("g", 1)
-            .with_ext("h", 0)
-            .with_ext("i", "TAGS\u{1}a\u{2}");
-        let long = RemotingCommand::request(rc::SEND_MESSAGE, Default::default())
-            .with_ext("producerGroup", "PG")
-            .with_ext("topic", "T")
-            .with_ext("defaultTopic", "TBW102")
-            .with_ext("defaultTopicQueueNums", 4)
-            .with_ext("queueId", 2)
-            .with_ext("sysFlag", 0)
-            .with_ext("bornTimestamp", 1)
-            .with_ext("flag", 0)
-            .with_ext("properties", "TAGS\u{1}a\u{2}");
-        let a = SendHeader::parse(&v2).unwrap();
-        let b = SendHeader::parse(&long).unwrap();
-        assert_eq!(
-            (a.topic, a.queue_id, a.properties),
-            (b.topic, b.queue_id, b.properties)
-        );
-        let missing = RemotingCommand::request(rc::SEND_MESSAGE_V2, Default::default());
-        assert!(SendHeader::parse(&missing)
-            .unwrap_err()
-            .to_string()
-            .contains("<a>"));
     }
 }
