@@ -217,7 +217,7 @@ impl Broker {
             }));
         }
         let namesrvs = config.namesrv_addrs.iter().map(Link::new).collect();
-        Ok(Arc::new(Self {
+        let broker = Arc::new(Self {
             send_slots: Semaphore::new(config.max_sends_in_flight),
             config,
             store: Arc::new(store),
@@ -238,7 +238,27 @@ impl Broker {
             started: Instant::now(),
             boot_timestamp: now_ms(),
             stopping: CancellationToken::new(),
-        }))
+        });
+        broker.reconcile_progress();
+        Ok(broker)
+    }
+
+    /// Brings the delay, timer and transaction progress in line with the recovered store
+    /// before anything is served: progress saved past a log that a power loss cut short is
+    /// pulled back, and the transaction bookkeeping is rebuilt so that an END_TRANSACTION
+    /// arriving first still sees which half messages are decided.
+    fn reconcile_progress(&self) {
+        for level in 1..=self.delay_levels.len() as i32 {
+            self.schedule.clamp(
+                level,
+                self.store.max_offset(topics::SCHEDULE_TOPIC, level - 1),
+            );
+        }
+        self.timer
+            .clamp(self.store.max_offset(topics::TIMER_TOPIC, 0));
+        self.transactions
+            .clamp(self.store.max_offset(topics::TRANS_HALF_TOPIC, 0));
+        self.scan_transactions();
     }
 
     /// The broker's advertised address.
@@ -273,6 +293,18 @@ impl Broker {
     /// shutdown until their suspend timeout.
     pub fn begin_stop(&self) {
         self.stopping.cancel();
+    }
+
+    /// Under SYNC_FLUSH, waits (at most the store's flush timeout) until the CommitLog is
+    /// durable up to `end`; `false` on timeout. Always `true` under ASYNC_FLUSH.
+    pub(crate) async fn durable(&self, end: u64) -> bool {
+        if !self.sync_flush() {
+            return true;
+        }
+        let mut rx = self.store.request_flush(end);
+        let timeout = self.store.config().sync_flush_timeout;
+        let flushed = tokio::time::timeout(timeout, rx.wait_for(|f| *f >= end)).await;
+        matches!(flushed, Ok(Ok(_)))
     }
 
     /// True when the store uses SYNC_FLUSH.
@@ -343,7 +375,7 @@ impl Broker {
             rc::CHECK_CLIENT_CONFIG => self.check_client_config(req),
             rc::LOCK_BATCH_MQ | rc::UNLOCK_BATCH_MQ => self.lock_batch(req),
             rc::CONSUMER_SEND_MSG_BACK => self.send_back(req).await,
-            rc::END_TRANSACTION => self.end_transaction(req),
+            rc::END_TRANSACTION => self.end_transaction(req).await,
             code if admin::handles(code) => self.admin(conn, req).await,
             _ => Err(not_supported(req)),
         }
@@ -373,8 +405,8 @@ impl Processor for Broker {
             rc::QUERY_CONSUMER_OFFSET
             | rc::UPDATE_CONSUMER_OFFSET
             | rc::GET_MAX_OFFSET
-            | rc::GET_MIN_OFFSET
-            | rc::END_TRANSACTION => true,
+            | rc::GET_MIN_OFFSET => true,
+            rc::END_TRANSACTION => !self.sync_flush(),
             _ => false,
         }
     }

@@ -111,9 +111,21 @@ impl Broker {
                 "message moved to the dead-letter queue"
             );
         }
-        self.store
+        let (placed, _) = self
+            .store
             .append(std::slice::from_ref(&msg))
             .map_err(|e| store_error_response(req, &e))?;
+        // The consumer moves its offset past the original once this is answered: under SYNC
+        // flush the copy must be on disk first.
+        if let Some(p) = placed.last() {
+            if !self.durable(p.physical_offset + p.size as u64).await {
+                return Err(error_response(
+                    req,
+                    resp::FLUSH_DISK_TIMEOUT,
+                    "the retry copy is stored but the disk flush timed out",
+                ));
+            }
+        }
         Ok(ok(req))
     }
 }

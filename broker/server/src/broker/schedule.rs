@@ -60,12 +60,23 @@ impl ScheduleProgress {
             .insert(level, offset);
     }
 
-    /// Writes the progress table.
-    pub fn persist(&self) -> Result<(), ConfigFileError> {
-        let snapshot = Persisted {
+    /// Pulls a level's persisted progress back to its queue's end (see the transaction
+    /// service).
+    pub(crate) fn clamp(&self, level: i32, queue_end: i64) {
+        let mut t = self.table.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(o) = t.get_mut(&level) {
+            *o = (*o).min(queue_end);
+        }
+    }
+
+    fn snapshot(&self) -> Persisted {
+        Persisted {
             offset_table: self.table.lock().unwrap_or_else(|e| e.into_inner()).clone(),
-        };
-        self.file.store(&snapshot)
+        }
+    }
+
+    fn write(&self, snapshot: &Persisted) -> Result<(), ConfigFileError> {
+        self.file.store(snapshot)
     }
 }
 
@@ -89,10 +100,10 @@ impl Broker {
         let now = now_ms();
         if let Some(due) = super::timer::timer_due(&m.properties, now) {
             let max = self.config.timer_max_delay_ms as i64;
-            if due - now > max {
+            if due.saturating_sub(now) > max {
                 return Err(format!(
                     "timer message delay of {} ms exceeds the maximum of {max} ms",
-                    due - now
+                    due.saturating_sub(now)
                 ));
             }
             if due > now {
@@ -144,15 +155,21 @@ impl Broker {
                 _ = persist.tick() => {}
                 _ = shutdown.cancelled() => break,
             }
-            if let Err(e) = self.schedule.persist() {
-                tracing::error!(error = %e, "persisting delay progress failed");
-            }
+            self.persist_schedule().await;
         }
         for t in tasks {
             let _ = t.await;
         }
-        if let Err(e) = self.schedule.persist() {
-            tracing::error!(error = %e, "persisting delay progress failed");
+        self.persist_schedule().await;
+    }
+
+    /// Writes the delay progress once what it counts as delivered is durable.
+    async fn persist_schedule(&self) {
+        let snapshot = self.schedule.snapshot();
+        if self.durable(self.store.commit_log_max_offset()).await {
+            if let Err(e) = self.schedule.write(&snapshot) {
+                tracing::error!(error = %e, "persisting delay progress failed");
+            }
         }
     }
 

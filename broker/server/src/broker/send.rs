@@ -241,13 +241,8 @@ impl Broker {
         if let Some(last) = placements.last() {
             let end = last.physical_offset + last.size as u64;
             let wait = messages[0].properties.get(keys::WAIT_STORE_MSG_OK) != Some("false");
-            if self.sync_flush() && wait {
-                let mut rx = self.store.request_flush(end);
-                let timeout = self.store.config().sync_flush_timeout;
-                let flushed = tokio::time::timeout(timeout, rx.wait_for(|f| *f >= end)).await;
-                if !matches!(flushed, Ok(Ok(_))) {
-                    code = resp::FLUSH_DISK_TIMEOUT;
-                }
+            if wait && !self.durable(end).await {
+                code = resp::FLUSH_DISK_TIMEOUT;
             }
         }
         let bytes: usize = placements.iter().map(|p| p.size).sum();

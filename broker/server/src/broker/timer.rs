@@ -80,15 +80,24 @@ impl TimerService {
         })
     }
 
-    fn persist(&self) -> Result<(), ConfigFileError> {
-        let p = {
-            let s = self.state.lock().unwrap_or_else(|e| e.into_inner());
-            Persisted {
-                checkpoint: s.checkpoint,
-                delivered: s.delivered.iter().copied().collect(),
-            }
-        };
-        self.file.store(&p)
+    /// Pulls persisted progress back to the timer queue's end (see the transaction service).
+    pub(crate) fn clamp(&self, queue_end: i64) {
+        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        s.checkpoint = s.checkpoint.min(queue_end);
+        s.scanned = s.scanned.min(queue_end);
+        s.delivered.retain(|o| *o < queue_end);
+    }
+
+    fn snapshot(&self) -> Persisted {
+        let s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        Persisted {
+            checkpoint: s.checkpoint,
+            delivered: s.delivered.iter().copied().collect(),
+        }
+    }
+
+    fn write(&self, p: &Persisted) -> Result<(), ConfigFileError> {
+        self.file.store(p)
     }
 }
 
@@ -116,9 +125,7 @@ impl Broker {
             self.scan_timers();
             let next_due = self.deliver_due_timers();
             if last_persist.elapsed() >= Duration::from_secs(1) {
-                if let Err(e) = self.timer.persist() {
-                    tracing::error!(error = %e, "persisting timer progress failed");
-                }
+                self.persist_timers().await;
                 last_persist = tokio::time::Instant::now();
             }
             let wait = next_due.map_or(Duration::from_secs(1), |due| {
@@ -130,8 +137,16 @@ impl Broker {
                 _ = shutdown.cancelled() => break,
             }
         }
-        if let Err(e) = self.timer.persist() {
-            tracing::error!(error = %e, "persisting timer progress failed");
+        self.persist_timers().await;
+    }
+
+    /// Writes the timer progress once what it counts as delivered is durable.
+    async fn persist_timers(&self) {
+        let snapshot = self.timer.snapshot();
+        if self.durable(self.store.commit_log_max_offset()).await {
+            if let Err(e) = self.timer.write(&snapshot) {
+                tracing::error!(error = %e, "persisting timer progress failed");
+            }
         }
     }
 

@@ -101,9 +101,22 @@ impl TransactionService {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn persist(&self) -> Result<(), ConfigFileError> {
-        let half_checkpoint = self.lock().half_checkpoint;
-        self.file.store(&Persisted { half_checkpoint })
+    fn snapshot(&self) -> Persisted {
+        Persisted {
+            half_checkpoint: self.lock().half_checkpoint,
+        }
+    }
+
+    fn write(&self, p: &Persisted) -> Result<(), ConfigFileError> {
+        self.file.store(p)
+    }
+
+    /// Pulls persisted progress back to the half queue's end: after a power loss the log may
+    /// be shorter than the progress saved, and new half messages reuse those offsets.
+    pub(crate) fn clamp(&self, half_queue_end: i64) {
+        let mut s = self.lock();
+        s.half_checkpoint = s.half_checkpoint.min(half_queue_end);
+        s.half_scanned = s.half_scanned.min(half_queue_end);
     }
 }
 
@@ -123,7 +136,7 @@ pub fn park_half(m: &mut StoredMessage) {
 
 impl Broker {
     /// END_TRANSACTION: commit or roll back a half message.
-    pub(crate) fn end_transaction(&self, req: &RemotingCommand) -> Reply {
+    pub(crate) async fn end_transaction(&self, req: &RemotingCommand) -> Reply {
         let bad = bad_header(req);
         let group = req.get_str("producerGroup").map_err(&bad)?;
         let queue_offset = req.get_i64("tranStateTableOffset").map_err(&bad)?;
@@ -208,6 +221,15 @@ impl Broker {
         }
         self.record_decision(queue_offset)
             .map_err(|e| store_error_response(req, &e))?;
+        drop(_deciding);
+        // Under SYNC flush the commit (and its op record) must be durable before the answer.
+        if !self.durable(self.store.commit_log_max_offset()).await {
+            return Err(error_response(
+                req,
+                resp::FLUSH_DISK_TIMEOUT,
+                "the decision is stored but the disk flush timed out",
+            ));
+        }
         Ok(ok(req))
     }
 
@@ -238,8 +260,9 @@ impl Broker {
         Ok(())
     }
 
-    /// Reads new op and half records into the bookkeeping.
-    fn scan_transactions(&self) {
+    /// Reads new op and half records into the bookkeeping. Runs once while the broker opens
+    /// (before any END_TRANSACTION can arrive), then on every check tick.
+    pub(crate) fn scan_transactions(&self) {
         let mut s = self.transactions.lock();
         loop {
             let r = self.store.get_messages(
@@ -251,10 +274,15 @@ impl Broker {
                 &AcceptAll,
             );
             if r.messages.is_empty() {
-                s.op_scanned = s.op_scanned.max(
-                    r.next_begin_offset
-                        .min(self.store.max_offset(TRANS_OP_HALF_TOPIC, 0)),
-                );
+                // Retention may have removed the oldest op records: continue where the store
+                // says reading can resume, and stop only at the end of the topic.
+                let next = r
+                    .next_begin_offset
+                    .min(self.store.max_offset(TRANS_OP_HALF_TOPIC, 0));
+                if next > s.op_scanned {
+                    s.op_scanned = next;
+                    continue;
+                }
                 break;
             }
             for slice in &r.messages {
@@ -280,10 +308,13 @@ impl Broker {
                 &AcceptAll,
             );
             if r.messages.is_empty() {
-                s.half_scanned = s.half_scanned.max(
-                    r.next_begin_offset
-                        .min(self.store.max_offset(TRANS_HALF_TOPIC, 0)),
-                );
+                let next = r
+                    .next_begin_offset
+                    .min(self.store.max_offset(TRANS_HALF_TOPIC, 0));
+                if next > s.half_scanned {
+                    s.half_scanned = next;
+                    continue;
+                }
                 break;
             }
             for (slice, qo) in r.messages.iter().zip(&r.queue_offsets) {
@@ -424,8 +455,12 @@ impl Broker {
         loop {
             self.scan_transactions();
             self.check_transactions();
-            if let Err(e) = self.transactions.persist() {
-                tracing::error!(error = %e, "persisting transaction progress failed");
+            let snapshot = self.transactions.snapshot();
+            // Progress is written only once what it counts as decided is durable.
+            if self.durable(self.store.commit_log_max_offset()).await {
+                if let Err(e) = self.transactions.write(&snapshot) {
+                    tracing::error!(error = %e, "persisting transaction progress failed");
+                }
             }
             tokio::select! {
                 _ = tokio::time::sleep(tick) => {}
