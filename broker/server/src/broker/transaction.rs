@@ -233,7 +233,7 @@ impl Broker {
         Ok(ok(req))
     }
 
-    /// Writes the op record and marks the half message decided.
+    /// Marks the half message decided and writes its op record.
     fn record_decision(&self, half_offset: i64) -> Result<(), conveyor_store::StoreError> {
         let mut props = Properties::new();
         props.insert(keys::TAGS, OP_TAG);
@@ -253,10 +253,15 @@ impl Broker {
             body: Bytes::from(half_offset.to_string()),
             properties: props,
         };
+        // Decided in memory first: if the op record cannot be written (disk full) after a
+        // commit was stored, a later check-back must still not commit it a second time; the
+        // persisted checkpoint then moves past it as well.
+        {
+            let mut s = self.transactions.lock();
+            s.decided.insert(half_offset);
+            s.pending.remove(&half_offset);
+        }
         self.store.append(std::slice::from_ref(&op))?;
-        let mut s = self.transactions.lock();
-        s.decided.insert(half_offset);
-        s.pending.remove(&half_offset);
         Ok(())
     }
 
