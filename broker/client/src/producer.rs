@@ -128,6 +128,28 @@ struct PublishInfo {
     ttl: Duration,
 }
 
+impl PublishInfo {
+    /// The queues a route offers `topic` (an error when there are none) and their brokers.
+    fn new(
+        topic: &str,
+        queues: Vec<MessageQueue>,
+        route: &conveyor_protocol::route::TopicRouteData,
+        ttl: Duration,
+    ) -> Result<Self> {
+        if queues.is_empty() {
+            return Err(ClientError::NoRoute {
+                topic: topic.to_string(),
+            });
+        }
+        Ok(Self {
+            queues,
+            addrs: master_addrs(route),
+            fetched: Instant::now(),
+            ttl,
+        })
+    }
+}
+
 /// A producer. Share it (`Arc`) between tasks; every method takes `&self`.
 #[derive(Debug)]
 pub struct Producer {
@@ -500,34 +522,15 @@ impl Producer {
         match self.namesrv.refresh_route(topic).await {
             Ok(route) => {
                 let queues = publish_queues(topic, &route);
-                if queues.is_empty() {
-                    return Err(ClientError::NoRoute {
-                        topic: topic.to_string(),
-                    });
-                }
-                Ok(PublishInfo {
-                    queues,
-                    addrs: master_addrs(&route),
-                    fetched: Instant::now(),
-                    ttl: self.config.route_ttl,
-                })
+                PublishInfo::new(topic, queues, &route, self.config.route_ttl)
             }
             Err(e) if e.code() == Some(response_code::TOPIC_NOT_EXIST) => {
                 debug!(topic, default = %self.config.default_topic, "no route; using the default topic's route");
                 let route = self.namesrv.topic_route(&self.config.default_topic).await?;
                 let queues =
                     default_topic_queues(topic, &route, self.config.default_topic_queue_nums);
-                if queues.is_empty() {
-                    return Err(ClientError::NoRoute {
-                        topic: topic.to_string(),
-                    });
-                }
-                Ok(PublishInfo {
-                    queues,
-                    addrs: master_addrs(&route),
-                    fetched: Instant::now(),
-                    ttl: AUTO_CREATE_ROUTE_TTL.min(self.config.route_ttl),
-                })
+                let ttl = AUTO_CREATE_ROUTE_TTL.min(self.config.route_ttl);
+                PublishInfo::new(topic, queues, &route, ttl)
             }
             Err(e) => Err(e),
         }

@@ -20,10 +20,11 @@ use kube::ResourceExt;
 use crate::crd::MessageQueueCluster;
 
 use super::{
+    common_pod_spec,
     config::{render_broker_toml, ConfigError},
     container_ports, container_security, field_env, hash, http_probe, labels, names, namespace,
-    owner_reference, pod_security, selector_labels, Component, BROKER_PORT, CONFIG_DIR,
-    CONFIG_HASH_ANNOTATION, CONVEYOR_BIN, DATA_DIR,
+    owner_reference, selector_labels, Component, BROKER_PORT, CONFIG_DIR, CONFIG_HASH_ANNOTATION,
+    CONVEYOR_BIN, DATA_DIR,
 };
 
 fn meta(mqc: &MessageQueueCluster, name: String, group: i32) -> ObjectMeta {
@@ -152,7 +153,6 @@ pub fn broker_statefulset(
         }),
         ..Default::default()
     };
-    let placement = &spec.placement;
     StatefulSet {
         metadata: meta(mqc, name.clone(), group),
         spec: Some(StatefulSetSpec {
@@ -185,22 +185,8 @@ pub fn broker_statefulset(
                         }),
                         ..Default::default()
                     }]),
-                    image_pull_secrets: (!spec.image_pull_secrets.is_empty())
-                        .then(|| spec.image_pull_secrets.clone()),
-                    security_context: Some(pod_security()),
-                    automount_service_account_token: Some(false),
-                    affinity: placement.affinity.clone(),
-                    tolerations: (!placement.tolerations.is_empty())
-                        .then(|| placement.tolerations.clone()),
-                    topology_spread_constraints: (!placement
-                        .topology_spread_constraints
-                        .is_empty())
-                    .then(|| placement.topology_spread_constraints.clone()),
-                    node_selector: (!placement.node_selector.is_empty())
-                        .then(|| placement.node_selector.clone()),
-                    // Room for a graceful stop: finish requests, persist offsets, flush.
                     termination_grace_period_seconds: Some(60),
-                    ..Default::default()
+                    ..common_pod_spec(spec)
                 }),
             },
             volume_claim_templates: Some(vec![claim]),

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
     Capabilities, ContainerPort, EnvVar, EnvVarSource, ObjectFieldSelector, PodSecurityContext,
-    Probe, SeccompProfile, SecurityContext,
+    PodSpec, Probe, SeccompProfile, SecurityContext,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -148,6 +148,25 @@ fn field_env(name: &str, path: &str) -> EnvVar {
             }),
             ..Default::default()
         }),
+        ..Default::default()
+    }
+}
+
+/// Pod settings shared by name-server and broker pods: pull secrets, security, placement.
+fn common_pod_spec(spec: &crate::crd::MessageQueueClusterSpec) -> PodSpec {
+    fn unless_empty<T: Clone>(v: &[T]) -> Option<Vec<T>> {
+        (!v.is_empty()).then(|| v.to_vec())
+    }
+    let placement = &spec.placement;
+    PodSpec {
+        image_pull_secrets: unless_empty(&spec.image_pull_secrets),
+        security_context: Some(pod_security()),
+        automount_service_account_token: Some(false),
+        affinity: placement.affinity.clone(),
+        tolerations: unless_empty(&placement.tolerations),
+        topology_spread_constraints: unless_empty(&placement.topology_spread_constraints),
+        node_selector: (!placement.node_selector.is_empty())
+            .then(|| placement.node_selector.clone()),
         ..Default::default()
     }
 }

@@ -13,8 +13,8 @@ use kube::ResourceExt;
 use crate::crd::MessageQueueCluster;
 
 use super::{
-    container_ports, container_security, field_env, hash, http_probe, labels, names, namespace,
-    owner_reference, pod_security, selector_labels, Component, CONFIG_HASH_ANNOTATION,
+    common_pod_spec, container_ports, container_security, field_env, hash, http_probe, labels,
+    names, namespace, owner_reference, selector_labels, Component, CONFIG_HASH_ANNOTATION,
     CONVEYOR_BIN, HTTP_PORT, NAMESRV_PORT,
 };
 
@@ -120,7 +120,6 @@ pub fn name_server_statefulset(mqc: &MessageQueueCluster) -> StatefulSet {
         ..Default::default()
     };
     let config_hash = hash(&["namesrv", &args.join(" ")]);
-    let placement = &spec.placement;
     let mut template_labels = labels(mqc, Component::NameServer, None);
     template_labels.extend(selector_labels(mqc, Component::NameServer, None));
     StatefulSet {
@@ -141,21 +140,8 @@ pub fn name_server_statefulset(mqc: &MessageQueueCluster) -> StatefulSet {
                 }),
                 spec: Some(PodSpec {
                     containers: vec![container],
-                    image_pull_secrets: (!spec.image_pull_secrets.is_empty())
-                        .then(|| spec.image_pull_secrets.clone()),
-                    security_context: Some(pod_security()),
-                    automount_service_account_token: Some(false),
-                    affinity: placement.affinity.clone(),
-                    tolerations: (!placement.tolerations.is_empty())
-                        .then(|| placement.tolerations.clone()),
-                    topology_spread_constraints: (!placement
-                        .topology_spread_constraints
-                        .is_empty())
-                    .then(|| placement.topology_spread_constraints.clone()),
-                    node_selector: (!placement.node_selector.is_empty())
-                        .then(|| placement.node_selector.clone()),
                     termination_grace_period_seconds: Some(30),
-                    ..Default::default()
+                    ..common_pod_spec(spec)
                 }),
             },
             ..Default::default()
