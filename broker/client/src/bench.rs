@@ -561,9 +561,10 @@ async fn bench_producers(
     Ok(producers)
 }
 
-/// Settings of [`transactions`].
+/// A counted load: who sends how many messages of what size, how concurrently. Shared by
+/// [`transactions`] and [`delayed`].
 #[derive(Debug, Clone)]
-pub struct TransactionConfig {
+pub struct CountedLoad {
     /// Name servers.
     pub namesrv: String,
     /// Topic.
@@ -579,6 +580,9 @@ pub struct TransactionConfig {
     /// Messages to send.
     pub count: u64,
 }
+
+/// Settings of [`transactions`].
+pub type TransactionConfig = CountedLoad;
 
 /// Transactional sends: each unit is a half message followed by its commit.
 pub async fn transactions(config: &TransactionConfig) -> Result<Stats> {
@@ -613,20 +617,8 @@ pub async fn transactions(config: &TransactionConfig) -> Result<Stats> {
 /// Settings of [`delayed`].
 #[derive(Debug, Clone)]
 pub struct DelayConfig {
-    /// Name servers.
-    pub namesrv: String,
-    /// Topic.
-    pub topic: String,
-    /// Producer/consumer group.
-    pub group: String,
-    /// Body size in bytes.
-    pub message_size: usize,
-    /// Producers (one connection each).
-    pub producers: usize,
-    /// Concurrent operations per producer.
-    pub in_flight: usize,
-    /// Messages to send.
-    pub count: u64,
+    /// Senders, topic and message count.
+    pub load: CountedLoad,
     /// Delay level of every message.
     pub level: i32,
     /// The level's delay (to check that nothing arrives early).
@@ -653,31 +645,31 @@ pub struct DelayStats {
 /// Schedules `count` messages at one delay level, then drains their deliveries.
 pub async fn delayed(config: &DelayConfig) -> Result<DelayStats> {
     let producers = bench_producers(
-        &config.namesrv,
-        &config.group,
-        &config.topic,
-        config.producers.max(1),
+        &config.load.namesrv,
+        &config.load.group,
+        &config.load.topic,
+        config.load.producers.max(1),
     )
     .await?;
     let consumer = PullConsumer::new(PullConsumerConfig::new(
-        config.namesrv.clone(),
-        config.group.clone(),
+        config.load.namesrv.clone(),
+        config.load.group.clone(),
     ))?;
-    consumer.subscribe(&config.topic, "*")?;
-    let queues = consumer.fetch_queues(&config.topic).await?;
+    consumer.subscribe(&config.load.topic, "*")?;
+    let queues = consumer.fetch_queues(&config.load.topic).await?;
     let mut offsets = Vec::with_capacity(queues.len());
     for q in &queues {
         offsets.push(consumer.max_offset(q).await?);
     }
     let msg = Message::new(
-        config.topic.clone(),
-        Bytes::from(vec![b'd'; config.message_size]),
+        config.load.topic.clone(),
+        Bytes::from(vec![b'd'; config.load.message_size]),
     )
     .with_delay_level(config.level);
     let scheduled = drive(
         &producers,
-        config.in_flight.max(1),
-        Limit::Count(config.count),
+        config.load.in_flight.max(1),
+        Limit::Count(config.load.count),
         msg,
         |p, m| async move { p.send(&m).await.map(|_| 1) },
     )

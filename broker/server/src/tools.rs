@@ -56,7 +56,8 @@ pub enum BenchCommand {
         #[arg(long, default_value_t = 256)]
         batch: i32,
     },
-    /// Schedule messages at one delay level, then drain their deliveries.
+    /// Schedule messages at one delay level, then drain their deliveries (the topic must
+    /// exist: `conveyor admin create-topic`).
     Delay {
         #[command(flatten)]
         target: Target,
@@ -207,13 +208,15 @@ pub async fn bench(cmd: BenchCommand) -> anyhow::Result<()> {
                 .copied()
                 .context("no delay levels given")?;
             let c = bench::DelayConfig {
-                namesrv: target.namesrv_addr,
-                topic,
-                group: "conveyor-bench-delay".into(),
-                message_size: size,
-                producers,
-                in_flight,
-                count,
+                load: bench::CountedLoad {
+                    namesrv: target.namesrv_addr,
+                    topic,
+                    group: "conveyor-bench-delay".into(),
+                    message_size: size,
+                    producers,
+                    in_flight,
+                    count,
+                },
                 level,
                 delay,
                 max_wait: Duration::from_secs(120),
