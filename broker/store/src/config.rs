@@ -56,7 +56,8 @@ pub struct StoreConfig {
     pub disk_clean_ratio: f64,
     /// Disk usage from which the oldest segments are deleted even if not expired (0.85).
     pub disk_force_clean_ratio: f64,
-    /// Disk usage from which appends are refused (`diskSpaceWarningLevelRatio`, 0.90).
+    /// Disk usage from which appends are refused (`diskSpaceWarningLevelRatio`, 0.90). A
+    /// watermark of 1.0 switches that behaviour off.
     pub disk_full_ratio: f64,
     /// Address written as STOREHOST into every record (the broker's advertised address).
     pub store_host: SocketAddr,
@@ -92,9 +93,14 @@ impl StoreConfig {
         }
     }
 
-    /// Small files and fast services, for tests and laptops.
+    /// Small files and fast services, for tests. Disk watermarks are off (1.0) so that how
+    /// full the host's disk happens to be cannot delete test data; tests of the watermarks set
+    /// them explicitly.
     pub fn small(root: impl Into<PathBuf>) -> Self {
         Self {
+            disk_clean_ratio: 1.0,
+            disk_force_clean_ratio: 1.0,
+            disk_full_ratio: 1.0,
             commit_log_segment_size: 1 << 20,
             max_message_size: 256 << 10,
             consume_queue_entries_per_file: 1000,

@@ -13,7 +13,7 @@ use crate::store::Inner;
 /// Segments deleted per round at most (RocketMQ's `deleteFileBatchMax`).
 const DELETE_BATCH_MAX: usize = 10;
 
-/// Fraction of the filesystem holding `path` that is in use (blocks not available to us).
+/// Fraction of the filesystem holding `path` that is in use, as `df` reports it.
 pub fn disk_usage(path: &Path) -> Result<f64> {
     let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes())
         .map_err(|_| StoreError::InvalidConfig(format!("path {} has a NUL", path.display())))?;
@@ -26,17 +26,26 @@ pub fn disk_usage(path: &Path) -> Result<f64> {
             source: std::io::Error::last_os_error(),
         });
     }
-    if stat.f_blocks == 0 {
+    // df's "Use%": blocks in use over blocks usable by us (in use + available). Counting
+    // blocks reserved for others as used would make a filesystem with a large reservation
+    // look nearly full and trigger forced deletion on an idle disk.
+    let used = stat.f_blocks.saturating_sub(stat.f_bfree) as f64;
+    let usable = used + stat.f_bavail as f64;
+    if usable <= 0.0 {
         return Ok(0.0);
     }
-    let total = stat.f_blocks as f64;
-    Ok((total - stat.f_bavail as f64) / total)
+    Ok(used / usable)
+}
+
+/// True when `usage` reached a watermark; a watermark of 1.0 or more is switched off.
+fn over(usage: f64, watermark: f64) -> bool {
+    watermark < 1.0 && usage >= watermark
 }
 
 /// Re-reads disk usage and updates the disk-full flag; returns the usage.
 pub(crate) fn refresh_disk_full(inner: &Inner) -> Result<f64> {
     let usage = disk_usage(&inner.config.root)?;
-    let full = usage >= inner.config.disk_full_ratio;
+    let full = over(usage, inner.config.disk_full_ratio);
     let was = inner.disk_full.swap(full, Ordering::AcqRel);
     if full && !was {
         tracing::error!(
@@ -68,11 +77,11 @@ pub(crate) fn clean_once(inner: &Inner) -> Result<usize> {
         deleted += 1;
         true
     })?;
-    if usage >= cfg.disk_force_clean_ratio {
+    if over(usage, cfg.disk_force_clean_ratio) {
         let mut forced = 0usize;
         inner.commit_log.delete_segments(|_| {
             // Re-check after each deletion: stop as soon as we are under the watermark.
-            let still = disk_usage(&cfg.root).is_ok_and(|u| u >= cfg.disk_force_clean_ratio);
+            let still = disk_usage(&cfg.root).is_ok_and(|u| over(u, cfg.disk_force_clean_ratio));
             if forced >= DELETE_BATCH_MAX || !still {
                 return false;
             }
