@@ -1,4 +1,4 @@
-//! A manual pull consumer (protocol-remoting.md §6): the caller chooses queue and offset and
+//! A manual pull consumer (docs/protocol.md §6): the caller chooses queue and offset and
 //! calls PULL_MESSAGE (11) with an optional long-poll hold; offsets are stored in the broker
 //! per group (QUERY/UPDATE_CONSUMER_OFFSET 14/15); HEART_BEAT (34) registers the group and
 //! its subscriptions. Every pull carries its subscription (PullSysFlag SUBSCRIPTION), so

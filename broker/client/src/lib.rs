@@ -31,7 +31,8 @@ pub mod producer;
 pub mod remoting;
 pub mod route;
 pub mod subscription;
-pub mod uniq_id;
+/// UNIQ_KEY ids: the protocol crate owns the layout, shared with the broker.
+pub use conveyor_protocol::uniq_id;
 
 pub use admin::Admin;
 pub use consumer::{PullConsumer, PullConsumerConfig, PullResult, PullStatus};

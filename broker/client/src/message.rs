@@ -1,5 +1,5 @@
 //! The message a producer sends: topic, body, tags, keys, user properties and flag, and how
-//! they become the wire properties string (protocol-remoting.md §4.2, §4.3). Tags and keys
+//! they become the wire properties string (docs/protocol.md §4.2, §4.3). Tags and keys
 //! are ordinary properties on the wire (`TAGS`, `KEYS` space-separated); `WAIT` defaults to
 //! `true` as in the Java client, and the producer adds the `UNIQ_KEY` id when sending.
 
@@ -109,26 +109,10 @@ impl Message {
     }
 }
 
-/// Checks a topic name like the broker does (§5.1 step 1).
+/// Checks a topic name like the broker does (§5.1 step 1; the rule lives in
+/// [`conveyor_protocol::naming`]).
 pub fn validate_topic(topic: &str) -> Result<(), String> {
-    if topic.is_empty() {
-        return Err("topic is empty".into());
-    }
-    let max = if topic.starts_with("%RETRY%") || topic.starts_with("%DLQ%") {
-        255
-    } else {
-        127
-    };
-    if topic.len() > max {
-        return Err(format!("topic longer than {max} characters"));
-    }
-    if !topic
-        .bytes()
-        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'%' | b'|' | b'_' | b'-'))
-    {
-        return Err(format!("topic {topic:?} contains illegal characters"));
-    }
-    Ok(())
+    conveyor_protocol::naming::validate_topic(topic).map_err(|e| e.to_string())
 }
 
 #[cfg(test)]

@@ -1,4 +1,4 @@
-//! Name-server calls (protocol-remoting.md §9): topic routes (cached, since every send and
+//! Name-server calls (docs/protocol.md §9): topic routes (cached, since every send and
 //! pull needs one), cluster info and the topic list, against a `"a:9876;b:9876"` list of
 //! name servers with failover: the client sticks to the last name server that answered and
 //! moves on to the next one when the transport fails.

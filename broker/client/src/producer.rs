@@ -1,4 +1,4 @@
-//! The producer (protocol-remoting.md §5, §9.6, §10.1): sends single messages with
+//! The producer (docs/protocol.md §5, §9.6, §10.1): sends single messages with
 //! SEND_MESSAGE_V2 (310, short header keys `a`…`n`), batches with SEND_BATCH_MESSAGE (320)
 //! and oneway messages, choosing queues round-robin over the writable queues of the topic's
 //! route.
@@ -11,7 +11,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use conveyor_protocol::batch::{encode_batch, BatchEntry};
@@ -19,6 +19,7 @@ use conveyor_protocol::code::{request_code, response_code};
 use conveyor_protocol::command::{ExtFields, RemotingCommand};
 use conveyor_protocol::message::{keys, Properties};
 use conveyor_protocol::route::MessageQueue;
+use conveyor_protocol::time::now_ms;
 use tracing::{debug, warn};
 
 use crate::error::{ClientError, Result};
@@ -160,12 +161,6 @@ pub struct Producer {
     publish: Mutex<HashMap<String, Arc<PublishInfo>>>,
     refresh_lock: tokio::sync::Mutex<()>,
     uniq: OnceLock<UniqIdGenerator>,
-}
-
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
 }
 
 fn props_string(props: &Properties) -> String {

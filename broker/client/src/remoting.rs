@@ -1,5 +1,5 @@
 //! The transport: one pooled TCP connection per peer address carrying multiplexed remoting
-//! commands (protocol-remoting.md §1, §2.4).
+//! commands (docs/protocol.md §1, §2.4).
 //!
 //! Every request gets a fresh `opaque`; a reader task routes each response to the waiting
 //! caller by that opaque, a writer task batches outgoing frames. A failed or closed

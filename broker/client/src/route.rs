@@ -1,4 +1,4 @@
-//! From a topic route (protocol-remoting.md §9.1) to the queues a client may use, and the
+//! From a topic route (docs/protocol.md §9.1) to the queues a client may use, and the
 //! producer's round-robin choice among them.
 //!
 //! Publish queues: for each queue data with WRITE permission whose broker has a master,

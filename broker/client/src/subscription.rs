@@ -1,4 +1,4 @@
-//! Tag subscription expressions (protocol-remoting.md §6.1): `*` (or empty) for everything,
+//! Tag subscription expressions (docs/protocol.md §6.1): `*` (or empty) for everything,
 //! otherwise tags separated by `||`. The same parsed form feeds the heartbeat's
 //! `subscriptionDataSet`, the PULL header's `subscription`, and the client-side re-filtering
 //! of pulled messages (the broker filters by tag hash code, which can collide).

@@ -1,4 +1,4 @@
-//! The SEND_BATCH_MESSAGE (320) body (protocol-remoting.md §5.2): several messages for one
+//! The SEND_BATCH_MESSAGE (320) body (docs/protocol.md §5.2): several messages for one
 //! topic/queue, each with its own flag, body and properties.
 //!
 //! Layout of each entry, big-endian:

@@ -1,4 +1,4 @@
-//! Numeric vocabularies of the remoting header (protocol-remoting.md §2.1, §3): request and
+//! Numeric vocabularies of the remoting header (docs/protocol.md §2.1, §3): request and
 //! response codes, the sender's language and the `version` ordinal.
 //!
 //! They are plain `i32` constants rather than enums because codes travel as open-ended

@@ -1,4 +1,4 @@
-//! `RemotingCommand`: the logical content of one remoting frame (protocol-remoting.md §2.1,
+//! `RemotingCommand`: the logical content of one remoting frame (docs/protocol.md §2.1,
 //! §2.4, §2.5), independent of how its header is serialized.
 //!
 //! Request and response headers are plain string maps (`extFields`); the typed getters here

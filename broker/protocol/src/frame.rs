@@ -1,4 +1,4 @@
-//! Remoting frames (protocol-remoting.md §2, §2.2, §2.3): the length-prefixed envelope around
+//! Remoting frames (docs/protocol.md §2, §2.2, §2.3): the length-prefixed envelope around
 //! every command, and the two header serializations a server must accept.
 //!
 //! ```text

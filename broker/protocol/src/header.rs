@@ -5,7 +5,7 @@ use crate::code::request_code;
 use crate::command::{ExtFields, HeaderError, RemotingCommand};
 
 /// The SEND_MESSAGE (10) / SEND_MESSAGE_V2 (310) / SEND_BATCH_MESSAGE (320) request header
-/// (protocol-remoting.md §5.1) in its logical form. Code 10 carries long keys
+/// (docs/protocol.md §5.1) in its logical form. Code 10 carries long keys
 /// (`producerGroup`, …), codes 310/320 the short keys `a`…`n`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SendMessageHeader {

@@ -1,4 +1,4 @@
-//! The JSON dialect RocketMQ peers expect (protocol-remoting.md §2.2, §9.1).
+//! The JSON dialect RocketMQ peers expect (docs/protocol.md §2.2, §9.1).
 //!
 //! Java writes headers and bodies with fastjson: compact, `null` fields omitted, non-ASCII
 //! characters escaped as `\uXXXX`, numeric map keys quoted (standard JSON). The Go client

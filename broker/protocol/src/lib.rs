@@ -1,7 +1,10 @@
 //! `conveyor-protocol`: Apache RocketMQ's remoting protocol as data, with no IO.
 //!
 //! - [`message`]: the stored/pulled message record, properties, message ids, tag hash codes.
+//! - [`naming`]: topic name rules.
 //! - [`sysflag`]: SYSFLAG bits.
+//! - [`time`]: wall-clock ms and UTC civil dates.
+//! - [`uniq_id`]: UNIQ_KEY message ids.
 //! - [`code`]: request/response codes, language codes, version ordinals, serialize types.
 //! - [`command`]: `RemotingCommand`, the logical content of a frame, with typed header access.
 //! - [`frame`]: the length-prefixed frame and its JSON / ROCKETMQ binary headers.
@@ -17,5 +20,8 @@ pub mod frame;
 pub mod header;
 pub mod json;
 pub mod message;
+pub mod naming;
 pub mod route;
 pub mod sysflag;
+pub mod time;
+pub mod uniq_id;

@@ -1,5 +1,5 @@
 //! The stored message record: the one byte layout RocketMQ uses both in its CommitLog and in
-//! PULL / VIEW / QUERY response bodies (protocol-remoting.md §4.1).
+//! PULL / VIEW / QUERY response bodies (docs/protocol.md §4.1).
 //!
 //! It lives in the protocol crate because the broker hands records from the store to clients
 //! byte for byte: the store writes exactly what a client decodes, so there is one codec.
@@ -45,7 +45,7 @@ pub const RECORD_CRC_TRAILER_LEN: usize = RECORD_CRC_KEY.len() + 10 + 1;
 /// Largest properties string a record can carry (its length is an int16).
 pub const MAX_PROPERTIES_LEN: usize = i16::MAX as usize;
 
-/// Well-known property keys (protocol-remoting.md §4.3).
+/// Well-known property keys (docs/protocol.md §4.3).
 pub mod keys {
     pub const KEYS: &str = "KEYS";
     pub const TAGS: &str = "TAGS";

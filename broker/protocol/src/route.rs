@@ -1,5 +1,5 @@
 //! JSON bodies exchanged with the name server and the broker's client-management codes
-//! (protocol-remoting.md §6, §9): routes, cluster info, broker registration, heartbeats,
+//! (docs/protocol.md §6, §9): routes, cluster info, broker registration, heartbeats,
 //! queue locks, consumer lists.
 //!
 //! Field names match the Java JSON exactly (camelCase, plus oddities such as `clientID` and

@@ -1,4 +1,4 @@
-//! SYSFLAG bits of a message record and PULL request flags (protocol-remoting.md §4.4).
+//! SYSFLAG bits of a message record and PULL request flags (docs/protocol.md §4.4).
 //! Kept apart from the record codec because the broker's send, pull and transaction paths
 //! test these bits without touching records.
 

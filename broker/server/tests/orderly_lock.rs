@@ -1,4 +1,4 @@
-//! LOCK_BATCH_MQ / UNLOCK_BATCH_MQ for orderly consumers (protocol-remoting.md §6.6): a
+//! LOCK_BATCH_MQ / UNLOCK_BATCH_MQ for orderly consumers (docs/protocol.md §6.6): a
 //! queue belongs to one client of the group at a time until that client unlocks it.
 
 mod common;

@@ -1,4 +1,4 @@
-//! CONSUMER_SEND_MSG_BACK (protocol-remoting.md §6.7): a failed message comes back in
+//! CONSUMER_SEND_MSG_BACK (docs/protocol.md §6.7): a failed message comes back in
 //! `%RETRY%<group>` after its delay level (3 + reconsume times), never earlier, with its
 //! origin recorded; past the max reconsume times (or with delay level −1) it goes to
 //! `%DLQ%<group>`; a send-back for an offset holding no message is refused.

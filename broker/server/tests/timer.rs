@@ -1,4 +1,4 @@
-//! 5.x timer messages (protocol-remoting.md §7): TIMER_DELAY_SEC / TIMER_DELIVER_MS deliver
+//! 5.x timer messages (docs/protocol.md §7): TIMER_DELAY_SEC / TIMER_DELIVER_MS deliver
 //! at their due time, never earlier; a due time in the past delivers at once; a delay above
 //! the broker's maximum is refused with 13; a restart neither loses a waiting timer nor
 //! delivers it early, nor delivers an already delivered one again.

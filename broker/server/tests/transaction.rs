@@ -1,4 +1,4 @@
-//! Transactional messages through the broker (protocol-remoting.md §8): half messages stay
+//! Transactional messages through the broker (docs/protocol.md §8): half messages stay
 //! invisible; END_TRANSACTION commits exactly once or rolls back; bad decisions are refused
 //! without side effects; undecided halves are checked back on a connection of their producer
 //! group, given up on after the max check count, and survive a broker restart.

@@ -7,15 +7,17 @@
 
 use std::collections::HashMap;
 use std::ops::Deref;
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use conveyor_protocol::message::{seal_record, RecordView, BLANK_MAGIC, END_FILE_MIN_BLANK_LENGTH};
 use conveyor_protocol::sysflag;
 
-use crate::error::{Result, StoreError};
-use crate::mapped_file::{list_offsets, sync_dir, MappedFile};
+use crate::allocate::AllocateService;
+use crate::error::Result;
+use crate::mapped_file::{sync_dir, Allocation, MappedFile};
+use crate::mapped_file_queue::{MappedFileQueue, OnGap};
 
 /// Records encoded for one queue, appended together (a single message is a batch of one).
 #[derive(Debug, Default)]
@@ -98,14 +100,19 @@ impl std::fmt::Debug for RecordSlice {
 
 /// The append-only log.
 pub struct CommitLog {
-    dir: PathBuf,
-    segment_size: u64,
-    segments: RwLock<Vec<Arc<MappedFile>>>,
+    /// The segments.
+    segments: MappedFileQueue,
+    /// Prepares the next segment off the append path.
+    allocator: AllocateService,
+    /// Write position and queue offsets; held only for memory work.
     append: Mutex<AppendState>,
     /// Everything below is fully written and may be read (release-published by appenders).
     committed: AtomicU64,
     /// Everything below is durable.
     flushed: AtomicU64,
+    /// A segment was renamed into the directory since its last fsync; the next flush syncs
+    /// the directory first, so no record in that segment counts as durable before its name.
+    names_unsynced: AtomicBool,
 }
 
 /// What recovery found.
@@ -121,32 +128,19 @@ pub struct Recovered {
 
 impl CommitLog {
     /// Opens the segments in `dir` without validating their content (see [`CommitLog::recover`]).
-    pub fn open(dir: &Path, segment_size: u64) -> Result<Self> {
-        std::fs::create_dir_all(dir).map_err(|source| StoreError::Io {
-            context: format!("create {}", dir.display()),
-            source,
-        })?;
-        let mut segments = Vec::new();
-        for base in list_offsets(dir)? {
-            if base % segment_size != 0 {
-                return Err(StoreError::Corrupt(format!(
-                    "commit log segment {base} is not aligned to the segment size {segment_size}"
-                )));
-            }
-            if let Some(prev) = segments.last().map(|s: &Arc<MappedFile>| s.end()) {
-                if prev != base {
-                    return Err(StoreError::Corrupt(format!(
-                        "commit log has a gap: segment {base} follows one ending at {prev}"
-                    )));
-                }
-            }
-            segments.push(Arc::new(MappedFile::open(dir, base, segment_size)?));
-        }
-        let start = segments.first().map_or(0, |s| s.base());
+    /// New segments are prepared in `prepared_dir` (same filesystem) as `allocation` says.
+    pub(crate) fn open(
+        dir: &Path,
+        prepared_dir: &Path,
+        segment_size: u64,
+        allocation: Allocation,
+    ) -> Result<Self> {
+        let segments = MappedFileQueue::load(dir, segment_size, OnGap::Refuse, true)?;
+        let start = segments.min_offset().unwrap_or(0);
         Ok(Self {
-            dir: dir.to_path_buf(),
-            segment_size,
-            segments: RwLock::new(segments),
+            allocator: AllocateService::new(prepared_dir, segment_size, allocation),
+            names_unsynced: AtomicBool::new(false),
+            segments,
             append: Mutex::new(AppendState {
                 write_pos: start,
                 queue_offsets: QueueOffsetTable::default(),
@@ -156,16 +150,23 @@ impl CommitLog {
         })
     }
 
+    /// The segment allocator, whose thread the store runs.
+    pub(crate) fn allocator(&self) -> &AllocateService {
+        &self.allocator
+    }
+
     /// Scans from the segment holding `scan_from`, verifying every record, calling `visit`
     /// for each intact one, and cuts the log at the first damaged byte: the rest of that
     /// segment is zeroed and later segments are deleted.
-    pub fn recover(
+    ///
+    /// Called once, by the store's open, before anything reads or appends.
+    pub(crate) fn recover(
         &self,
         scan_from: u64,
         require_record_crc: bool,
         mut visit: impl FnMut(u64, RecordView<'_>),
     ) -> Result<Recovered> {
-        let segments = self.segments_snapshot();
+        let segments = self.segments.snapshot();
         let Some(first) = segments.first() else {
             return Ok(Recovered {
                 valid_end: 0,
@@ -173,8 +174,9 @@ impl CommitLog {
                 scan_elapsed: std::time::Duration::ZERO,
             });
         };
+        let segment_size = self.segment_size();
         let scan_from = scan_from.clamp(first.base(), segments[segments.len() - 1].base());
-        let mut idx = ((scan_from - first.base()) / self.segment_size) as usize;
+        let mut idx = ((scan_from - first.base()) / segment_size) as usize;
         let start = segments[idx].base();
         let started = std::time::Instant::now();
         let mut pos = 0u64; // within segments[idx]
@@ -204,7 +206,7 @@ impl CommitLog {
             }
         };
         let scan_elapsed = started.elapsed();
-        self.truncate_at(&segments, valid_end, start)?;
+        self.truncate_at(valid_end, start)?;
         let mut state = self.lock_append();
         state.write_pos = valid_end;
         self.committed.store(valid_end, Ordering::Release);
@@ -218,26 +220,16 @@ impl CommitLog {
 
     /// Wipes everything from `end` on and makes the scanned part durable: bytes recovered
     /// from the page cache after a process crash may never have been flushed.
-    fn truncate_at(&self, segments: &[Arc<MappedFile>], end: u64, scan_start: u64) -> Result<()> {
-        let mut keep = Vec::with_capacity(segments.len());
-        for seg in segments {
-            if seg.base() > end {
-                tracing::warn!(segment = %seg.path().display(), "deleting commit log segment past the recovered end");
-                seg.delete()?;
-                continue;
-            }
-            if end < seg.end() {
-                seg.zero_from(end - seg.base());
-            }
+    fn truncate_at(&self, end: u64, scan_start: u64) -> Result<()> {
+        // SAFETY: recovery runs before the store serves: no reader and no other writer exist.
+        let kept = unsafe { self.segments.truncate_to(end) }?;
+        for seg in kept {
             if seg.end() > scan_start {
                 seg.flush_all()?;
             }
             seg.set_flushed(end.min(seg.end()) - seg.base());
-            keep.push(seg.clone());
         }
-        sync_dir(&self.dir)?;
-        *self.segments.write().unwrap_or_else(|e| e.into_inner()) = keep;
-        Ok(())
+        sync_dir(self.segments.dir())
     }
 
     /// Locks the append state. A poisoned lock means an appender panicked mid-write; the
@@ -264,7 +256,7 @@ impl CommitLog {
         for &size in &batch.sizes {
             let record = &mut batch.buf[at..at + size];
             at += size;
-            let seg = match self.segment_for(state.write_pos, size) {
+            let seg = match self.segment_for(state, size) {
                 Ok(seg) => seg,
                 Err(e) => {
                     result = Err(e);
@@ -281,7 +273,9 @@ impl CommitLog {
             let flag = i32::from_be_bytes([record[36], record[37], record[38], record[39]]);
             let consumable = sysflag::is_consumable(flag);
             seal_record(record, if consumable { qoff } else { 0 }, phys as i64);
-            seg.write(phys - seg.base(), record);
+            // SAFETY: the append lock (`state`) makes this thread the single writer, and
+            // `committed` is advanced past the record only after the copy.
+            unsafe { seg.write(phys - seg.base(), record) };
             out.push(Placement {
                 physical_offset: phys,
                 queue_offset: qoff,
@@ -291,7 +285,7 @@ impl CommitLog {
             qoff += i64::from(consumable);
         }
         if let Err(e) = result {
-            self.wipe_from(start_pos);
+            self.wipe_from(state, start_pos);
             state.write_pos = start_pos;
             out.clear();
             return Err(e);
@@ -301,15 +295,20 @@ impl CommitLog {
         Ok(())
     }
 
-    fn wipe_from(&self, pos: u64) {
+    /// Undoes a failed batch's unpublished bytes.
+    fn wipe_from(&self, _state: &mut AppendState, pos: u64) {
         if let Some(seg) = self.segment_at(pos) {
-            seg.zero_from(pos - seg.base());
+            // SAFETY: the caller holds the append lock (the single writer) and `pos` was never
+            // published, so no reader looks at or beyond it.
+            unsafe { seg.zero_from(pos - seg.base()) };
         }
     }
 
-    /// The segment a record of `size` bytes starting at `pos` goes to: the current one if it
-    /// fits with room for a blank marker, else (after writing the marker) a new one.
-    fn segment_for(&self, pos: u64, size: usize) -> Result<Arc<MappedFile>> {
+    /// The segment a record of `size` bytes starting at the write position goes to: the
+    /// current one if it fits with room for a blank marker, else (after writing the marker) the
+    /// next one, taken from the allocator, which then prepares the one after.
+    fn segment_for(&self, state: &mut AppendState, size: usize) -> Result<Arc<MappedFile>> {
+        let pos = state.write_pos;
         let current = self.segment_at(pos);
         if let Some(seg) = &current {
             let room = seg.end() - pos;
@@ -319,57 +318,55 @@ impl CommitLog {
         }
         let next_base = match &current {
             Some(seg) => seg.end(),
-            None => pos.next_multiple_of(self.segment_size),
+            None => pos.next_multiple_of(self.segment_size()),
         };
-        let next = self.roll(next_base)?;
+        let (next, created) = self.segments.get_or_append(next_base, || {
+            let mut file = self.allocator.take(next_base)?;
+            file.move_into(self.segments.dir())?;
+            Ok(file)
+        })?;
+        if created {
+            self.names_unsynced.store(true, Ordering::Release);
+        }
+        self.allocator.request(next.end());
+        tracing::debug!(segment = %next.path().display(), "rolled to commit log segment");
         if let Some(seg) = current {
             let room = seg.end() - pos;
             let mut marker = [0u8; 8];
             marker[..4].copy_from_slice(&(room as u32).to_be_bytes());
             marker[4..].copy_from_slice(&BLANK_MAGIC.to_be_bytes());
-            seg.write(pos - seg.base(), &marker);
+            // SAFETY: append lock held (single writer); the marker lies beyond `committed`.
+            unsafe { seg.write(pos - seg.base(), &marker) };
         }
         Ok(next)
     }
 
-    fn roll(&self, base: u64) -> Result<Arc<MappedFile>> {
-        if let Some(seg) = self.segment_at(base) {
-            return Ok(seg);
-        }
-        let seg = Arc::new(MappedFile::open(&self.dir, base, self.segment_size)?);
-        sync_dir(&self.dir)?;
-        tracing::debug!(segment = %seg.path().display(), "created commit log segment");
-        self.segments
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(seg.clone());
-        Ok(seg)
+    /// Asks the allocator for the segment after the current one (at open, so that the first
+    /// roll after a restart finds it ready).
+    pub(crate) fn prepare_next_segment(&self) {
+        let pos = self.max_offset();
+        let next = match self.segment_at(pos) {
+            Some(seg) => seg.end(),
+            None => pos.next_multiple_of(self.segment_size()),
+        };
+        self.allocator.request(next);
     }
 
     /// The segment containing `pos`, if any.
     pub fn segment_at(&self, pos: u64) -> Option<Arc<MappedFile>> {
-        let segs = self.segments.read().unwrap_or_else(|e| e.into_inner());
-        let first = segs.first()?.base();
-        if pos < first {
-            return None;
-        }
-        segs.get(((pos - first) / self.segment_size) as usize)
-            .cloned()
+        self.segments.find(pos)
     }
 
     /// A copy of the segment list.
     pub fn segments_snapshot(&self) -> Vec<Arc<MappedFile>> {
-        self.segments
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
+        self.segments.snapshot()
     }
 
     /// Lowest physical offset still on disk.
     pub fn min_offset(&self) -> u64 {
-        let segs = self.segments.read().unwrap_or_else(|e| e.into_inner());
-        segs.first()
-            .map_or_else(|| self.committed.load(Ordering::Acquire), |s| s.base())
+        self.segments
+            .min_offset()
+            .unwrap_or_else(|| self.committed.load(Ordering::Acquire))
     }
 
     /// End of the readable log.
@@ -415,12 +412,13 @@ impl CommitLog {
         if upto <= from {
             return Ok(from);
         }
-        for seg in self.segments_snapshot() {
-            if seg.end() <= from || seg.base() >= upto {
-                continue;
+        if self.names_unsynced.swap(false, Ordering::AcqRel) {
+            if let Err(e) = sync_dir(self.segments.dir()) {
+                self.names_unsynced.store(true, Ordering::Release);
+                return Err(e);
             }
-            seg.flush(upto.min(seg.end()) - seg.base())?;
         }
+        self.segments.flush(from, upto)?;
         self.flushed.fetch_max(upto, Ordering::AcqRel);
         Ok(upto)
     }
@@ -429,29 +427,18 @@ impl CommitLog {
     /// first, stopping at the first it does not pick. Returns the new minimum offset.
     pub fn delete_segments(&self, mut select: impl FnMut(&MappedFile) -> bool) -> Result<u64> {
         let write_pos = self.max_offset();
-        let mut segs = self.segments.write().unwrap_or_else(|e| e.into_inner());
-        let mut removed = 0;
-        // The last segment always stays: it anchors the write position across restarts.
-        let deletable = segs.len().saturating_sub(1);
-        for seg in segs.iter().take(deletable) {
-            if seg.end() > write_pos || !select(seg) {
-                break;
+        self.segments.delete_front(|seg| {
+            let picked = seg.end() <= write_pos && select(seg);
+            if picked {
+                tracing::info!(segment = %seg.path().display(), "deleting commit log segment");
             }
-            seg.delete()?;
-            tracing::info!(segment = %seg.path().display(), "deleted commit log segment");
-            removed += 1;
-        }
-        segs.drain(..removed);
-        let min = segs.first().map_or(write_pos, |s| s.base());
-        drop(segs);
-        if removed > 0 {
-            sync_dir(&self.dir)?;
-        }
-        Ok(min)
+            picked
+        })?;
+        Ok(self.segments.min_offset().unwrap_or(write_pos))
     }
 
     /// Segment size in bytes.
     pub fn segment_size(&self) -> u64 {
-        self.segment_size
+        self.segments.file_size()
     }
 }

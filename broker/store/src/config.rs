@@ -61,6 +61,10 @@ pub struct StoreConfig {
     pub disk_full_ratio: f64,
     /// Address written as STOREHOST into every record (the broker's advertised address).
     pub store_host: SocketAddr,
+    /// Write zeros over each new CommitLog segment (on the allocator thread, before the
+    /// segment is used) so that flushes only write data and never convert unwritten extents
+    /// (RocketMQ's `warmMapedFileEnable`). See docs/benchmarks.md for what it buys.
+    pub zero_new_segments: bool,
     /// Treat records without Conveyor's checksum trailer as damaged (off only for stores
     /// written by Apache RocketMQ).
     pub require_record_crc: bool,
@@ -89,6 +93,7 @@ impl StoreConfig {
             disk_force_clean_ratio: 0.85,
             disk_full_ratio: 0.90,
             store_host: SocketAddr::from(([127, 0, 0, 1], 10911)),
+            zero_new_segments: true,
             require_record_crc: true,
         }
     }

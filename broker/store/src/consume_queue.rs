@@ -5,12 +5,12 @@
 //!
 //! Only the dispatcher writes entries, in queue-offset order; readers read below `max`.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicI64, Ordering};
-use std::sync::{Arc, RwLock};
 
-use crate::error::{Result, StoreError};
-use crate::mapped_file::{list_offsets, sync_dir, MappedFile};
+use crate::error::{IoContext, Result};
+use crate::mapped_file::{sync_dir, MappedFile};
+use crate::mapped_file_queue::{MappedFileQueue, OnGap};
 
 /// Bytes per entry.
 pub const CQ_UNIT: u64 = 20;
@@ -54,11 +54,12 @@ impl CqEntry {
 
 /// The queue of one (topic, queue id).
 pub struct ConsumeQueue {
+    /// Topic name.
     topic: String,
+    /// Queue id within the topic.
     queue_id: i32,
-    dir: PathBuf,
-    file_size: u64,
-    files: RwLock<Vec<Arc<MappedFile>>>,
+    /// The files, named by the byte offset of their first entry.
+    files: MappedFileQueue,
     /// Next queue offset (one past the last readable entry).
     max: AtomicI64,
     /// First queue offset whose message is still in the CommitLog.
@@ -73,35 +74,15 @@ impl std::fmt::Debug for ConsumeQueue {
 
 impl ConsumeQueue {
     /// Opens (or starts) the queue stored in `dir`; call [`ConsumeQueue::recover`] before use
-    /// when files already existed.
+    /// when files already existed. A gap between files keeps only the newest run.
     pub fn open(dir: &Path, topic: &str, queue_id: i32, entries_per_file: u64) -> Result<Self> {
-        let file_size = entries_per_file * CQ_UNIT;
-        let mut files: Vec<Arc<MappedFile>> = Vec::new();
-        for base in list_offsets(dir)? {
-            if base % file_size != 0 {
-                return Err(StoreError::Corrupt(format!(
-                    "consume queue file {} in {} is not aligned",
-                    base,
-                    dir.display()
-                )));
-            }
-            if let Some(prev) = files.last() {
-                if prev.end() != base {
-                    // A gap: everything before it is unreachable; keep the newest run.
-                    for f in files.drain(..) {
-                        f.delete()?;
-                    }
-                }
-            }
-            files.push(Arc::new(MappedFile::open(dir, base, file_size)?));
-        }
-        let start = files.first().map_or(0, |f| (f.base() / CQ_UNIT) as i64);
+        let files =
+            MappedFileQueue::load(dir, entries_per_file * CQ_UNIT, OnGap::KeepNewest, false)?;
+        let start = files.min_offset().map_or(0, |b| (b / CQ_UNIT) as i64);
         Ok(Self {
             topic: topic.to_string(),
             queue_id,
-            dir: dir.to_path_buf(),
-            file_size,
-            files: RwLock::new(files),
+            files,
             max: AtomicI64::new(start),
             min: AtomicI64::new(start),
         })
@@ -118,9 +99,10 @@ impl ConsumeQueue {
 
     /// Finds the last valid entry (one whose record lies below `log_end`), wipes everything
     /// after it and deletes later files, so the queue agrees with the recovered CommitLog.
-    pub fn recover(&self, log_end: u64) -> Result<()> {
+    /// Called by the store's open, before anything reads the queue.
+    pub(crate) fn recover(&self, log_end: u64) -> Result<()> {
         let valid = |raw: &[u8]| matches!(CqEntry::decode(raw), Some(e) if e.physical_offset + e.size as u64 <= log_end);
-        let mut files = self.files.write().unwrap_or_else(|e| e.into_inner());
+        let files = self.files.snapshot();
         if files.is_empty() {
             return Ok(());
         }
@@ -144,20 +126,19 @@ impl ConsumeQueue {
                 hi = mid;
             }
         }
+        let end_byte = last.base() + lo as u64 * CQ_UNIT;
         // Everything after the last valid entry must read as empty: wipe leftovers (a torn or
         // truncated tail) so they can never be taken for entries later.
-        if lo < entries && entry(lo).iter().any(|b| *b != 0) {
-            last.zero_from(lo as u64 * CQ_UNIT);
-            last.flush_all()?;
-        }
-        let max = (last.base() / CQ_UNIT) as i64 + lo as i64;
-        if keep < files.len() {
-            for f in files.drain(keep..) {
-                f.delete()?;
+        let dirty_tail = lo < entries && entry(lo).iter().any(|b| *b != 0);
+        if dirty_tail || keep < files.len() {
+            // SAFETY: recovery runs before the store serves: no reader, no other writer.
+            unsafe { self.files.truncate_to(end_byte) }?;
+            if dirty_tail {
+                last.flush_all()?;
             }
-            sync_dir(&self.dir)?;
         }
-        self.max.store(max, Ordering::Release);
+        self.max
+            .store((end_byte / CQ_UNIT) as i64, Ordering::Release);
         Ok(())
     }
 
@@ -179,53 +160,36 @@ impl ConsumeQueue {
         self.min.fetch_max(lo, Ordering::AcqRel);
     }
 
-    /// Writes the entry for `queue_offset` (dispatcher only). Rewriting an existing entry
-    /// with the same content is harmless, which makes recovery's re-dispatch idempotent.
-    pub fn put(&self, queue_offset: i64, entry: CqEntry) -> Result<()> {
+    /// Writes the entry for `queue_offset`. Rewriting an existing entry with the same content
+    /// is harmless, which makes recovery's re-dispatch idempotent.
+    ///
+    /// # Safety
+    /// The caller is the queue's single writer (the dispatcher thread, or recovery before it
+    /// starts), and `queue_offset` is at or beyond [`Self::max_offset`] unless the entry is
+    /// rewritten with the bytes it already has.
+    pub(crate) unsafe fn put(&self, queue_offset: i64, entry: CqEntry) -> Result<()> {
         let byte = queue_offset as u64 * CQ_UNIT;
-        let file = self.file_for_write(byte)?;
-        file.write(byte - file.base(), &entry.encode());
+        let base = byte - byte % self.files.file_size();
+        let dir = self.files.dir();
+        let (file, created) = self.files.get_or_append(base, || {
+            std::fs::create_dir_all(dir).ctx(|| format!("create {}", dir.display()))?;
+            MappedFile::open(dir, base, self.files.file_size())
+        })?;
+        if created {
+            sync_dir(dir)?;
+        }
+        if byte == base && self.files.min_offset() == Some(base) {
+            // The first file of a (re)started queue: nothing below it is readable.
+            self.min
+                .fetch_max((base / CQ_UNIT) as i64, Ordering::AcqRel);
+        }
+        // SAFETY: single writer (caller); the entry becomes visible only through `max` below,
+        // stored with release ordering after the write.
+        unsafe { file.write(byte - file.base(), &entry.encode()) };
         if queue_offset >= self.max.load(Ordering::Relaxed) {
             self.max.store(queue_offset + 1, Ordering::Release);
         }
         Ok(())
-    }
-
-    fn file_for_write(&self, byte: u64) -> Result<Arc<MappedFile>> {
-        if let Some(f) = self.file_at(byte) {
-            return Ok(f);
-        }
-        let base = byte - byte % self.file_size;
-        std::fs::create_dir_all(&self.dir).map_err(|source| StoreError::Io {
-            context: format!("create {}", self.dir.display()),
-            source,
-        })?;
-        let file = Arc::new(MappedFile::open(&self.dir, base, self.file_size)?);
-        let mut files = self.files.write().unwrap_or_else(|e| e.into_inner());
-        if files.last().is_some_and(|l| l.end() != base) {
-            // Only after every older entry was deleted can a queue restart further on.
-            for f in files.drain(..) {
-                f.delete()?;
-            }
-            self.min.store((base / CQ_UNIT) as i64, Ordering::Release);
-        }
-        if files.is_empty() {
-            let start = (base / CQ_UNIT) as i64;
-            self.min.fetch_max(start, Ordering::AcqRel);
-        }
-        files.push(file.clone());
-        Ok(file)
-    }
-
-    fn file_at(&self, byte: u64) -> Option<Arc<MappedFile>> {
-        let files = self.files.read().unwrap_or_else(|e| e.into_inner());
-        let first = files.first()?.base();
-        if byte < first {
-            return None;
-        }
-        files
-            .get(((byte - first) / self.file_size) as usize)
-            .cloned()
     }
 
     /// The entry at `queue_offset`, if it is within [min, max).
@@ -234,7 +198,7 @@ impl ConsumeQueue {
             return None;
         }
         let byte = queue_offset as u64 * CQ_UNIT;
-        let file = self.file_at(byte)?;
+        let file = self.files.find(byte)?;
         CqEntry::decode(file.read(byte - file.base(), CQ_UNIT as usize))
     }
 
@@ -251,8 +215,7 @@ impl ConsumeQueue {
     /// Flushes written entries to disk.
     pub fn flush(&self) -> Result<()> {
         let end = self.max_offset() as u64 * CQ_UNIT;
-        let files = self.files.read().unwrap_or_else(|e| e.into_inner()).clone();
-        for f in files {
+        for f in self.files.snapshot() {
             if f.flushed() < f.size() && f.base() < end {
                 f.flush(end.min(f.end()) - f.base())?;
             }
@@ -264,18 +227,7 @@ impl ConsumeQueue {
     pub fn delete_expired(&self, log_min: u64) -> Result<usize> {
         self.correct_min(log_min);
         let min_byte = self.min_offset() as u64 * CQ_UNIT;
-        let mut files = self.files.write().unwrap_or_else(|e| e.into_inner());
-        let deletable = files.len().saturating_sub(1);
-        let mut removed = 0;
-        for f in files.iter().take(deletable) {
-            if f.end() > min_byte {
-                break;
-            }
-            f.delete()?;
-            removed += 1;
-        }
-        files.drain(..removed);
-        Ok(removed)
+        self.files.delete_front(|f| f.end() <= min_byte)
     }
 }
 
@@ -294,6 +246,7 @@ mod tests {
 
     #[test]
     fn put_get_across_files_and_recover() {
+        use crate::mapped_file::list_offsets;
         let dir = tempfile::tempdir().unwrap();
         let cq = ConsumeQueue::open(dir.path(), "T", 0, 4).unwrap();
         for i in 0..10 {
@@ -302,7 +255,8 @@ mod tests {
                 size: 100,
                 tag_code: i as i64,
             };
-            cq.put(i as i64, e).unwrap();
+            // SAFETY: this test is the queue's only writer.
+            unsafe { cq.put(i as i64, e) }.unwrap();
         }
         assert_eq!(cq.max_offset(), 10);
         assert_eq!(cq.get(5).unwrap().physical_offset, 500);

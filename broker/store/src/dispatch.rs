@@ -11,8 +11,8 @@ use conveyor_protocol::message::{keys, RecordView, BLANK_MAGIC};
 use conveyor_protocol::sysflag;
 
 use crate::consume_queue::CqEntry;
+use crate::core::StoreCore;
 use crate::error::Result;
-use crate::store::Inner;
 
 /// Which structures a dispatch writes.
 #[derive(Debug, Clone, Copy)]
@@ -23,28 +23,29 @@ pub(crate) struct Targets {
 
 /// Builds the entries of one record.
 pub(crate) fn dispatch_record(
-    inner: &Inner,
+    core: &StoreCore,
     phys: u64,
     view: &RecordView<'_>,
     targets: Targets,
 ) -> Result<()> {
     let flag = view.sys_flag();
     if targets.consume_queue && sysflag::is_consumable(flag) {
-        let cq = inner.queue_or_create(view.topic(), view.queue_id())?;
+        let cq = core.queues.get_or_create(view.topic(), view.queue_id())?;
         let tag_code = view.property(keys::TAGS).map_or(0, tag_hash_code);
-        cq.put(
-            view.queue_offset(),
-            CqEntry {
-                physical_offset: phys,
-                size: view.total_size() as u32,
-                tag_code,
-            },
-        )?;
-        if let Some(listener) = inner.arrival_listener() {
+        let entry = CqEntry {
+            physical_offset: phys,
+            size: view.total_size() as u32,
+            tag_code,
+        };
+        // SAFETY: dispatch runs on the dispatcher thread, or in recovery before that thread
+        // starts: the queue's single writer. Entries go in queue-offset order; recovery's
+        // re-dispatch rewrites existing entries with the bytes they already hold.
+        unsafe { cq.put(view.queue_offset(), entry) }?;
+        if let Some(listener) = core.arrival_listener() {
             listener(view.topic(), view.queue_id(), view.queue_offset() + 1);
         }
     }
-    if let Some(index) = &inner.index {
+    if let Some(index) = &core.index {
         let rolled_back = sysflag::transaction_type(flag) == sysflag::TRANSACTION_ROLLBACK_TYPE;
         if targets.index && !rolled_back {
             let uniq = view.property(keys::UNIQ_CLIENT_MESSAGE_ID_KEYIDX);
@@ -52,12 +53,15 @@ pub(crate) fn dispatch_record(
                 .property(keys::KEYS)
                 .into_iter()
                 .flat_map(|k| k.split(keys::KEY_SEPARATOR));
-            index.put(
-                view.topic(),
-                uniq.into_iter().chain(user_keys),
-                phys,
-                view.store_timestamp().max(0) as u64,
-            )?;
+            // SAFETY: the dispatcher (or recovery before it starts) is the index's only writer.
+            unsafe {
+                index.put(
+                    view.topic(),
+                    uniq.into_iter().chain(user_keys),
+                    phys,
+                    view.store_timestamp().max(0) as u64,
+                )
+            }?;
         }
     }
     Ok(())
@@ -66,12 +70,12 @@ pub(crate) fn dispatch_record(
 /// Walks records in `[from, to)` (skipping segment-end blanks) and hands each to `visit`.
 /// Returns the offset reached, which is `to` unless a record could not be parsed.
 pub(crate) fn walk(
-    inner: &Inner,
+    core: &StoreCore,
     from: u64,
     to: u64,
     mut visit: impl FnMut(u64, &RecordView<'_>) -> Result<()>,
 ) -> Result<u64> {
-    let log = &inner.commit_log;
+    let log = &core.commit_log;
     let mut pos = from;
     while pos < to {
         let Some(seg) = log.segment_at(pos) else {
@@ -107,27 +111,25 @@ pub(crate) fn walk(
 }
 
 /// The dispatcher thread's body.
-pub(crate) fn run(inner: &Inner) {
+pub(crate) fn run(core: &StoreCore) {
     let targets = Targets {
         consume_queue: true,
         index: true,
     };
     loop {
-        let from = inner.dispatched.load(Ordering::Acquire);
-        let to = inner.commit_log.max_offset();
+        let from = core.dispatched.load(Ordering::Acquire);
+        let to = core.commit_log.max_offset();
         if from < to {
-            let result = walk(inner, from, to, |phys, view| {
-                dispatch_record(inner, phys, view, targets)?;
+            let result = walk(core, from, to, |phys, view| {
+                dispatch_record(core, phys, view, targets)?;
                 // Publish per record so long-polling consumers see it right away.
-                inner
-                    .dispatched
+                core.dispatched
                     .store(phys + view.total_size() as u64, Ordering::Release);
                 Ok(())
             });
             let stuck = match result {
                 Ok(reached) => {
-                    inner
-                        .dispatched
+                    core.dispatched
                         .fetch_max(reached, Ordering::AcqRel)
                         .max(reached)
                         < to
@@ -137,14 +139,14 @@ pub(crate) fn run(inner: &Inner) {
                     true
                 }
             };
-            if stuck && !inner.shutdown.load(Ordering::Acquire) {
+            if stuck && !core.shutdown.is_set() {
                 std::thread::sleep(Duration::from_millis(100));
             } else if stuck {
                 return;
             }
             continue;
         }
-        if inner.shutdown.load(Ordering::Acquire) {
+        if core.shutdown.is_set() {
             return;
         }
         std::thread::park_timeout(Duration::from_millis(1));

@@ -13,7 +13,12 @@ pub enum StoreError {
     MessageTooLarge { size: usize, max: usize },
     /// The topic name breaks RocketMQ's rules.
     #[error("invalid topic {topic:?}: {reason}")]
-    InvalidTopic { topic: String, reason: &'static str },
+    InvalidTopic {
+        /// The refused name (at most 200 characters of it).
+        topic: String,
+        /// Which rule it breaks.
+        reason: conveyor_protocol::naming::InvalidName,
+    },
     /// The message itself cannot be encoded (for example properties over 32 767 bytes).
     #[error("invalid message: {0}")]
     InvalidMessage(#[from] conveyor_protocol::message::RecordError),

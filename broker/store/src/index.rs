@@ -61,7 +61,8 @@ impl IndexFile {
             max_entries,
         };
         if f.count() == 0 {
-            f.set_header(0, 0, 0, 0, 1);
+            // SAFETY: the file is new and not yet shared: this is its only user.
+            unsafe { f.set_header(0, 0, 0, 0, 1) };
         }
         Ok(f)
     }
@@ -91,7 +92,16 @@ impl IndexFile {
         self.count() <= 1
     }
 
-    fn set_header(&self, begin_ts: u64, end_ts: u64, begin_phys: u64, end_phys: u64, count: u32) {
+    /// # Safety
+    /// The caller is the file's single writer (see [`IndexService::put`]).
+    unsafe fn set_header(
+        &self,
+        begin_ts: u64,
+        end_ts: u64,
+        begin_phys: u64,
+        end_phys: u64,
+        count: u32,
+    ) {
         let mut h = [0u8; 40];
         h[..8].copy_from_slice(&begin_ts.to_be_bytes());
         h[8..16].copy_from_slice(&end_ts.to_be_bytes());
@@ -99,10 +109,14 @@ impl IndexFile {
         h[24..32].copy_from_slice(&end_phys.to_be_bytes());
         h[32..36].copy_from_slice(&self.slots.to_be_bytes());
         h[36..40].copy_from_slice(&count.to_be_bytes());
-        self.file.write(0, &h);
+        // SAFETY: single writer (caller). Readers may see a header mid-update; they only use
+        // it to skip files by time range and to bound entry numbers, and re-check every hit.
+        unsafe { self.file.write(0, &h) };
     }
 
-    fn put(&self, hash: u32, phys: u64, store_ts: u64) {
+    /// # Safety
+    /// The caller is the file's single writer (see [`IndexService::put`]).
+    unsafe fn put(&self, hash: u32, phys: u64, store_ts: u64) {
         let count = self.count();
         let (begin_ts, begin_phys) = if self.is_empty() {
             (store_ts, phys)
@@ -118,12 +132,17 @@ impl IndexFile {
         e[4..12].copy_from_slice(&phys.to_be_bytes());
         e[12..16].copy_from_slice(&diff.to_be_bytes());
         e[16..].copy_from_slice(&prev.to_be_bytes());
-        self.file.write(self.entry_at(count), &e);
+        // SAFETY: single writer (caller); the entry lies past every slot's reach until the
+        // slot below points at it.
+        unsafe { self.file.write(self.entry_at(count), &e) };
         // Readers follow the slot to the entry: publish the entry first.
         fence(Ordering::Release);
-        self.file.write(slot_at, &count.to_be_bytes());
+        // SAFETY: single writer; a reader racing this 4-byte slot update sees the old or new
+        // chain head, both valid entry numbers below `count + 1`, and re-checks hits.
+        unsafe { self.file.write(slot_at, &count.to_be_bytes()) };
         let end_ts = store_ts.max(self.end_timestamp());
-        self.set_header(begin_ts, end_ts, begin_phys, phys, count + 1);
+        // SAFETY: single writer (caller).
+        unsafe { self.set_header(begin_ts, end_ts, begin_phys, phys, count + 1) };
     }
 
     fn entry_at(&self, n: u32) -> u64 {
@@ -171,25 +190,10 @@ pub struct IndexService {
 
 /// Formats a Unix time in ms as `yyyyMMddHHmmssSSS` (UTC), RocketMQ's index file name.
 pub fn format_index_name(ms: u64) -> String {
-    let secs = ms / 1000;
-    let days = (secs / 86_400) as i64;
-    let rem = secs % 86_400;
-    // Civil-from-days (proleptic Gregorian), valid for all dates after 1970.
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
+    let t = conveyor_protocol::time::CivilTime::from_ms(ms as i64);
     format!(
-        "{y:04}{m:02}{d:02}{:02}{:02}{:02}{:03}",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60,
-        ms % 1000
+        "{:04}{:02}{:02}{:02}{:02}{:02}{:03}",
+        t.year, t.month, t.day, t.hour, t.minute, t.second, t.millis
     )
 }
 
@@ -226,8 +230,12 @@ impl IndexService {
             .map(|f| f.end_phys())
     }
 
-    /// Indexes `keys` of the record at `phys` (dispatcher only).
-    pub fn put<'k>(
+    /// Indexes `keys` of the record at `phys`.
+    ///
+    /// # Safety
+    /// The caller is the index's single writer: the dispatcher thread, or recovery before it
+    /// starts.
+    pub(crate) unsafe fn put<'k>(
         &self,
         topic: &str,
         keys: impl Iterator<Item = &'k str>,
@@ -236,7 +244,8 @@ impl IndexService {
     ) -> Result<()> {
         for key in keys.filter(|k| !k.is_empty()) {
             let file = self.writable_file(store_ts)?;
-            file.put(key_hash(topic, key), phys, store_ts);
+            // SAFETY: the caller is the single writer.
+            unsafe { file.put(key_hash(topic, key), phys, store_ts) };
         }
         Ok(())
     }
@@ -339,7 +348,8 @@ mod tests {
             let idx = IndexService::open(dir.path(), 7, 50).unwrap();
             let base = 1_700_000_000_000u64;
             for (i, k) in keys.iter().enumerate() {
-                idx.put("T", std::iter::once(k.as_str()), i as u64 * 10, base + i as u64 * 10).unwrap();
+                // SAFETY: this test is the only writer.
+                unsafe { idx.put("T", std::iter::once(k.as_str()), i as u64 * 10, base + i as u64 * 10) }.unwrap();
             }
             for (i, k) in keys.iter().enumerate() {
                 let hits = idx.query("T", k, base, base + 1_000_000, usize::MAX);

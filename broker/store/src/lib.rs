@@ -7,27 +7,41 @@
 //! recover a consistent store after any crash; a clean service enforces retention and disk
 //! watermarks. [`MessageStore`] ties them together.
 //!
+//! Module layering (no module imports one that imports it): `mapped_file` ←
+//! `mapped_file_queue` ← `commit_log`/`consume_queue` ← `core` (shared state) ← `dispatch`,
+//! `retention`, `prefault`, `recovery` ← `services` ← `store` (the facade).
+//!
 //! On disk (like RocketMQ's): `commitlog/`, `consumequeue/<topic>/<queueId>/`, `index/`,
 //! `config/`, `checkpoint`, `abort`, `lock`.
 
+mod allocate;
 pub mod checkpoint;
 pub mod commit_log;
 pub mod config;
 pub mod consume_queue;
+mod core;
+mod disk;
 mod dispatch;
 pub mod error;
+mod filter;
 mod flush;
 pub mod index;
-pub mod mapped_file;
+mod mapped_file;
+mod mapped_file_queue;
+mod prefault;
+mod queues;
+mod recovery;
 mod retention;
+mod services;
+mod shutdown;
 mod store;
 
 pub use commit_log::{Placement, RecordSlice};
 pub use config::{FlushMode, StoreConfig};
 pub use consume_queue::CqEntry;
+pub use core::ArrivalListener;
+pub use disk::disk_usage;
 pub use error::{Result, StoreError};
-pub use retention::disk_usage;
-pub use store::{
-    validate_topic, AcceptAll, ArrivalListener, GetResult, GetStatus, MessageFilter, MessageStore,
-    PutResult, PutStatus, RecoveryReport,
-};
+pub use filter::{AcceptAll, MessageFilter};
+pub use recovery::RecoveryReport;
+pub use store::{validate_topic, GetResult, GetStatus, MessageStore, PutResult, PutStatus};

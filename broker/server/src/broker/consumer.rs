@@ -1,6 +1,6 @@
 //! Consumer-side bookkeeping requests: HEART_BEAT, UNREGISTER_CLIENT,
 //! GET_CONSUMER_LIST_BY_GROUP, QUERY/UPDATE_CONSUMER_OFFSET, LOCK/UNLOCK_BATCH_MQ and
-//! CHECK_CLIENT_CONFIG (protocol-remoting.md §6.1-§6.4, §6.6, §6.9).
+//! CHECK_CLIENT_CONFIG (docs/protocol.md §6.1-§6.4, §6.6, §6.9).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

@@ -164,11 +164,7 @@ pub enum BrokerError {
 }
 
 /// Wall-clock time in ms (RocketMQ's timestamps).
-pub(crate) fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
-}
+pub(crate) use conveyor_protocol::time::now_ms;
 
 impl Broker {
     /// Opens the store and the persisted tables. Call [`Broker::run_background`] next.

@@ -1,7 +1,7 @@
 //! PULL_MESSAGE (11) and LITE_PULL_MESSAGE (361): check the group, topic and subscription,
 //! store a piggy-backed offset commit, read from the store with tag filtering and, when
 //! nothing is there yet, hold the request until a message arrives or the client's suspend
-//! timeout passes (protocol-remoting.md §6.5).
+//! timeout passes (docs/protocol.md §6.5).
 
 use std::collections::HashSet;
 use std::sync::atomic::Ordering;

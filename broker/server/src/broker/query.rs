@@ -1,6 +1,6 @@
 //! Read-only lookups: queue offsets (max, min, by timestamp, earliest store time) and
 //! messages by commit-log offset (VIEW_MESSAGE_BY_ID) or by key (QUERY_MESSAGE)
-//! (protocol-remoting.md §6.4, §6.8).
+//! (docs/protocol.md §6.4, §6.8).
 
 use bytes::BytesMut;
 use conveyor_protocol::code::response_code as resp;

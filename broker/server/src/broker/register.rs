@@ -1,4 +1,4 @@
-//! Registration with the name servers (protocol-remoting.md §9.2): every interval, right after
+//! Registration with the name servers (docs/protocol.md §9.2, §9.3): every interval, right after
 //! a topic is created, and an UNREGISTER_BROKER on clean shutdown.
 
 use std::sync::atomic::Ordering;

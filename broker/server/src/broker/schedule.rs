@@ -1,4 +1,4 @@
-//! ScheduleService: delay levels (protocol-remoting.md §7). A message with `DELAY=n` is stored
+//! ScheduleService: delay levels (docs/protocol.md §7). A message with `DELAY=n` is stored
 //! in `SCHEDULE_TOPIC_XXXX` queue n−1 with its real destination in REAL_TOPIC/REAL_QID; one
 //! task per level reads that queue in order (a level's messages fall due in store order),
 //! sleeps until the head is due, and re-appends it to its real topic and queue. Progress per

@@ -1,10 +1,10 @@
 //! SEND_MESSAGE (10), SEND_MESSAGE_V2 (310) and SEND_BATCH_MESSAGE (320): validate, resolve
 //! or auto-create the topic, route retries past their limit to the dead-letter queue, stamp
 //! the broker's properties, append, and under SYNC flush answer only once the records are
-//! durable (protocol-remoting.md §5.1).
+//! durable (docs/protocol.md §5.1).
 
 use std::net::IpAddr;
-use std::sync::atomic::{AtomicU16, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -14,6 +14,7 @@ use conveyor_protocol::code::{response_code as resp, version};
 use conveyor_protocol::command::RemotingCommand;
 use conveyor_protocol::message::{keys, offset_msg_id, Properties, StoredMessage};
 use conveyor_protocol::route::{perm, TopicConfig};
+use conveyor_protocol::uniq_id::UniqIdGenerator;
 use conveyor_store::{Placement, StoreError};
 use rand::Rng;
 
@@ -43,35 +44,11 @@ pub fn parse_delay_levels(levels: &str) -> Vec<Duration> {
         .collect()
 }
 
-/// Generates UNIQ_KEY message ids in the Java client's layout (§4.6) for messages that arrive
-/// without one: ip ‖ pid ‖ random ‖ ms since the start of the month ‖ counter, upper-case hex.
+/// A UNIQ_KEY message id in the Java client's layout (§4.6) for a message that arrives
+/// without one; one generator per process, keyed by the broker's address.
 pub fn new_uniq_id(ip: IpAddr) -> String {
-    static PREFIX: OnceLock<String> = OnceLock::new();
-    static COUNTER: AtomicU16 = AtomicU16::new(0);
-    let prefix = PREFIX.get_or_init(|| {
-        let mut raw = Vec::with_capacity(10);
-        match ip {
-            IpAddr::V4(v4) => raw.extend_from_slice(&v4.octets()),
-            IpAddr::V6(v6) => raw.extend_from_slice(&v6.octets()[12..]),
-        }
-        raw.extend_from_slice(&(std::process::id() as u16).to_be_bytes());
-        raw.extend_from_slice(&rand::rng().random::<u32>().to_be_bytes());
-        hex(&raw)
-    });
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64);
-    // Milliseconds since roughly the start of the month; only uniqueness matters here.
-    let month_ms = (now % (31 * 86_400_000)) as u32;
-    let counter = COUNTER.fetch_add(1, Ordering::Relaxed);
-    let mut tail = Vec::with_capacity(6);
-    tail.extend_from_slice(&month_ms.to_be_bytes());
-    tail.extend_from_slice(&counter.to_be_bytes());
-    format!("{prefix}{}", hex(&tail))
-}
-
-fn hex(raw: &[u8]) -> String {
-    raw.iter().map(|b| format!("{b:02X}")).collect()
+    static GENERATOR: OnceLock<UniqIdGenerator> = OnceLock::new();
+    GENERATOR.get_or_init(|| UniqIdGenerator::new(ip)).next_id()
 }
 
 /// Maps a store error to the RocketMQ response code clients understand.

@@ -1,6 +1,6 @@
 //! TopicConfigManager: the broker's topics (queue counts, permissions), persisted as
 //! `config/topics.json` in RocketMQ's shape and versioned so the name server can tell a
-//! changed table. Also owns the TBW102 auto-create rule (protocol-remoting.md §9.6).
+//! changed table. Also owns the TBW102 auto-create rule (docs/protocol.md §9.6).
 
 use std::collections::BTreeMap;
 use std::path::Path;

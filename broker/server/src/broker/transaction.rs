@@ -1,4 +1,4 @@
-//! Transactional messages (protocol-remoting.md §8): half messages wait, invisible, in
+//! Transactional messages (docs/protocol.md §8): half messages wait, invisible, in
 //! `RMQ_SYS_TRANS_HALF_TOPIC`; END_TRANSACTION commits (the message is written to its real
 //! topic) or rolls back; each decision is recorded in `RMQ_SYS_TRANS_OP_HALF_TOPIC`. Undecided
 //! half messages older than the transaction timeout are checked back with

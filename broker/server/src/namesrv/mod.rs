@@ -1,5 +1,5 @@
 //! The name server: brokers register their topics here, clients ask it for routes
-//! (protocol-remoting.md §9). All state lives in [`route_info::RouteInfo`]; this module is
+//! (docs/protocol.md §9). All state lives in [`route_info::RouteInfo`]; this module is
 //! the request handling and the expiry timer around it.
 
 pub mod route_info;

@@ -1,4 +1,5 @@
-//! Client-generated message ids (`UNIQ_KEY`, protocol-remoting.md §4.6), in the Java layout so
+//! Client-generated message ids (`UNIQ_KEY`, docs/protocol.md §4.6; made by clients, and by
+//! the broker for messages that arrive without one), in the Java layout so
 //! that tools which decode them (and humans reading them) see the familiar shape:
 //!
 //! `HEX_UPPER( ip (4|16 bytes) ‖ int16 pid ‖ int32 random "class loader hash" ‖
@@ -9,10 +10,10 @@
 
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::time::{SystemTime, UNIX_EPOCH};
+
+pub use crate::time::month_start_ms;
 
 const HEX: &[u8; 16] = b"0123456789ABCDEF";
-const DAY_MS: i64 = 86_400_000;
 
 /// Generates UNIQ_KEY ids. Thread-safe; one per producer is typical.
 #[derive(Debug)]
@@ -62,10 +63,7 @@ impl UniqIdGenerator {
 
     /// The next id, using the current wall-clock time.
     pub fn next_id(&self) -> String {
-        let now_ms = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as i64);
-        self.next_id_at(now_ms)
+        self.next_id_at(crate::time::now_ms())
     }
 
     /// The next id as if the time were `now_ms` (ms since the Unix epoch).
@@ -83,7 +81,7 @@ impl UniqIdGenerator {
 /// Parses an id made by [`UniqIdGenerator`] (or by a Java client). `None` if the length is
 /// not 32/56 or it is not hex.
 pub fn parse_uniq_id(id: &str) -> Option<UniqIdParts> {
-    let (raw, ip) = conveyor_protocol::message::decode_id_with_ip(id)?;
+    let (raw, ip) = crate::message::decode_id_with_ip(id)?;
     let ip_len = if ip.is_ipv4() { 4 } else { 16 };
     let r = &raw[ip_len..];
     Some(UniqIdParts {
@@ -93,24 +91,6 @@ pub fn parse_uniq_id(id: &str) -> Option<UniqIdParts> {
         ms_in_month: i32::from_be_bytes([r[6], r[7], r[8], r[9]]),
         counter: u16::from_be_bytes([r[10], r[11]]),
     })
-}
-
-/// Start (ms since the epoch, UTC) of the calendar month containing `now_ms`.
-pub fn month_start_ms(now_ms: i64) -> i64 {
-    let days = now_ms.div_euclid(DAY_MS);
-    let day_of_month = civil_day_of_month(days);
-    (days - (day_of_month - 1)) * DAY_MS
-}
-
-/// Day of month (1-based) of a day count since 1970-01-01 (proleptic Gregorian calendar).
-fn civil_day_of_month(days: i64) -> i64 {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    doy - (153 * mp + 2) / 5 + 1
 }
 
 fn push_hex(out: &mut String, bytes: &[u8]) {
