@@ -1,5 +1,5 @@
 //! Wires the reconciler into a kube-runtime `Controller` watching the clusters and the objects
-//! they own, behind leader election.
+//! they own, behind leader election, and reports the replica's state to the telemetry.
 
 use std::sync::Arc;
 
@@ -12,8 +12,9 @@ use kube::runtime::{watcher, Controller};
 use kube::Client;
 
 use crate::crd::MessageQueueCluster;
-use crate::leader::LeaderElector;
+use crate::leader::{Attempt, LeaderElector};
 use crate::reconcile::{error_policy, reconcile, Context};
+use crate::telemetry::{State, Telemetry};
 
 /// Label every owned object carries; the owned-object watches filter on it.
 const MANAGED: &str = "app.kubernetes.io/managed-by=conveyor-operator";
@@ -29,53 +30,83 @@ where
 }
 
 /// Runs the controller until the future is dropped. `namespace` limits it to one namespace.
-pub async fn run_controller(client: Client, namespace: Option<String>, instance: Option<String>) {
+/// Reports [`State::Syncing`] at once and [`State::Running`] when the MessageQueueCluster watch
+/// has completed its initial list.
+pub async fn run_controller(
+    client: Client,
+    namespace: Option<String>,
+    instance: Option<String>,
+    telemetry: Telemetry,
+) {
+    telemetry.set_state(State::Syncing);
     let ns = namespace.as_deref();
-    let ctx = Arc::new(Context::new(client.clone(), instance));
+    let ctx =
+        Arc::new(Context::new(client.clone(), instance).with_metrics(telemetry.metrics.clone()));
     let owned = watcher::Config::default().labels(MANAGED);
-    Controller::new(
+    let controller = Controller::new(
         api::<MessageQueueCluster>(&client, ns),
         watcher::Config::default(),
     )
     .owns(api::<StatefulSet>(&client, ns), owned.clone())
     .owns(api::<ConfigMap>(&client, ns), owned.clone())
     .owns(api::<Service>(&client, ns), owned.clone())
-    .owns(api::<PodDisruptionBudget>(&client, ns), owned)
-    .shutdown_on_signal()
-    .run(reconcile, error_policy, ctx)
-    .for_each(|res| async move {
-        match res {
-            Ok((obj, _)) => tracing::debug!(cluster = %obj.name, "reconciled"),
-            Err(e) => tracing::debug!(error = %e, "reconcile error"),
+    .owns(api::<PodDisruptionBudget>(&client, ns), owned);
+    let clusters = controller.store();
+    let run = controller
+        .shutdown_on_signal()
+        .run(reconcile, error_policy, ctx)
+        .for_each(|res| async move {
+            match res {
+                Ok((obj, _)) => tracing::debug!(cluster = %obj.name, "reconciled"),
+                Err(e) => tracing::debug!(error = %e, "reconcile error"),
+            }
+        });
+    let mut run = std::pin::pin!(run);
+    tokio::select! {
+        _ = &mut run => return,
+        synced = clusters.wait_until_ready() => {
+            if synced.is_ok() {
+                telemetry.set_state(State::Running);
+            }
         }
-    })
-    .await;
+    }
+    run.await;
 }
 
 /// Leader-elected operation: wait for the lease, reconcile while holding it, and go back to
 /// waiting if it is lost (the controller is dropped first, so two replicas never write at once).
+/// Every lease answer is reported to `telemetry` (standby, leading, unreachable) for `/readyz`.
 /// Returns on SIGTERM/SIGINT.
 pub async fn run_leader_elected(
     client: Client,
     namespace: Option<String>,
     instance: Option<String>,
     elector: Option<LeaderElector>,
+    telemetry: Telemetry,
 ) {
     let Some(elector) = elector else {
-        run_controller(client, namespace, instance).await;
+        run_controller(client, namespace, instance, telemetry).await;
         return;
     };
     loop {
+        let report = |attempt: Result<&Attempt, &kube::Error>| {
+            telemetry.set_state(match attempt {
+                Ok(Attempt::Leading) => State::Syncing,
+                Ok(Attempt::Following(_)) => State::Standby,
+                Err(_) => State::LeaseUnreachable,
+            })
+        };
         tokio::select! {
-            _ = elector.acquire() => {}
+            _ = elector.acquire_reporting(report) => {}
             _ = shutdown_signal() => return,
         }
         tokio::select! {
-            _ = run_controller(client.clone(), namespace.clone(), instance.clone()) => {
+            _ = run_controller(client.clone(), namespace.clone(), instance.clone(), telemetry.clone()) => {
                 elector.release().await;
                 return;
             }
             _ = elector.hold() => {
+                telemetry.set_state(State::Starting);
                 tracing::warn!("leadership lost; controller stopped, waiting to re-acquire");
             }
         }

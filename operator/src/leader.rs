@@ -13,8 +13,11 @@ use kube::Client;
 /// Lease settings.
 #[derive(Clone, Debug)]
 pub struct LeaseConfig {
+    /// Namespace of the Lease.
     pub namespace: String,
+    /// Name of the Lease.
     pub name: String,
+    /// This replica's `holderIdentity`.
     pub identity: String,
     /// How long a lease stays valid without renewal.
     pub lease_duration: Duration,
@@ -51,6 +54,7 @@ pub struct LeaderElector {
 }
 
 impl LeaderElector {
+    /// An elector for `config.identity` on the Lease `config.namespace/config.name`.
     pub fn new(client: Client, config: LeaseConfig) -> Self {
         Self {
             api: Api::namespaced(client, &config.namespace),
@@ -58,6 +62,7 @@ impl LeaderElector {
         }
     }
 
+    /// The Lease settings.
     pub fn config(&self) -> &LeaseConfig {
         &self.config
     }
@@ -124,8 +129,16 @@ impl LeaderElector {
 
     /// Waits until this identity holds the lease.
     pub async fn acquire(&self) {
+        self.acquire_reporting(|_| {}).await
+    }
+
+    /// [`acquire`](Self::acquire), handing every attempt's result to `report` (for readiness:
+    /// following, leading or unreachable).
+    pub async fn acquire_reporting(&self, mut report: impl FnMut(Result<&Attempt, &kube::Error>)) {
         loop {
-            match self.try_acquire_or_renew().await {
+            let attempt = self.try_acquire_or_renew().await;
+            report(attempt.as_ref());
+            match attempt {
                 Ok(Attempt::Leading) => {
                     tracing::info!(lease = %self.config.name, identity = %self.config.identity, "acquired leadership");
                     return;

@@ -1,8 +1,9 @@
 //! Conveyor's Kubernetes operator: the `MessageQueueCluster` CRD, pure desired-state builders, the
-//! reconciler and Lease-based leader election.
+//! reconciler, Lease-based leader election, and telemetry (metrics and probes).
 
 pub mod builders;
 pub mod controller;
 pub mod crd;
 pub mod leader;
 pub mod reconcile;
+pub mod telemetry;

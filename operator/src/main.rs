@@ -5,6 +5,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 use conveyor_operator::leader::{LeaderElector, LeaseConfig};
+use conveyor_operator::telemetry::{self, Listen, Telemetry, DEFAULT_HTTP_LISTEN};
 
 #[derive(Parser)]
 #[command(
@@ -48,6 +49,9 @@ struct RunArgs {
     /// Seconds between renewals.
     #[arg(long, default_value_t = 4)]
     lease_renew_secs: u64,
+    /// Address of the HTTP endpoint serving /metrics, /healthz and /readyz, or `off`.
+    #[arg(long, env = "CONVEYOR_OPERATOR_HTTP_LISTEN", default_value = DEFAULT_HTTP_LISTEN)]
+    http_listen: Listen,
 }
 
 fn default_identity() -> String {
@@ -55,6 +59,27 @@ fn default_identity() -> String {
         .map(|s| s.trim().to_string())
         .unwrap_or_else(|_| "conveyor-operator".into());
     format!("{host}-{}", std::process::id())
+}
+
+/// Starts the HTTP endpoint in the background. A failure to bind is logged, not fatal: the
+/// operator keeps reconciling (in a pod the liveness probe then fails and the kubelet restarts
+/// it, so the error is visible), and a second local replica does not die on a taken port.
+async fn serve_http(listen: Listen, telemetry: &Telemetry) {
+    let Listen::On(addr) = listen else {
+        tracing::info!("HTTP endpoint off (--http-listen off): no /metrics, /healthz, /readyz");
+        return;
+    };
+    match tokio::net::TcpListener::bind(addr).await {
+        Ok(listener) => {
+            let local = listener.local_addr().unwrap_or(addr);
+            tracing::info!(addr = %local, "serving /metrics, /healthz and /readyz");
+            tokio::spawn(telemetry::serve(listener, telemetry.clone()));
+        }
+        Err(e) => tracing::error!(
+            %addr, error = %e,
+            "cannot listen for HTTP; running without /metrics, /healthz and /readyz"
+        ),
+    }
 }
 
 #[tokio::main]
@@ -72,6 +97,8 @@ async fn main() -> anyhow::Result<()> {
                         .unwrap_or_else(|_| "info,kube=warn".into()),
                 )
                 .init();
+            let telemetry = Telemetry::new();
+            serve_http(args.http_listen, &telemetry).await;
             let client = kube::Client::try_default()
                 .await
                 .context("cannot build a Kubernetes client (in-cluster or KUBECONFIG)")?;
@@ -101,6 +128,7 @@ async fn main() -> anyhow::Result<()> {
                 args.namespace,
                 Some(identity),
                 elector,
+                telemetry,
             )
             .await;
             tracing::info!("conveyor-operator stopped");

@@ -7,13 +7,15 @@ use std::time::Duration;
 use http::{Method, Request, Response};
 use http_body_util::BodyExt;
 use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetStatus};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::client::Body;
 use kube::runtime::controller::Action;
 use serde_json::{json, Value};
 
+use super::conditions::{ConditionType, Reason, FALSE, TRUE};
 use super::*;
 use crate::builders::tests::cluster;
-use crate::crd::{MessageQueueCluster, PAUSE_ANNOTATION};
+use crate::crd::{MessageQueueCluster, MessageQueueClusterStatus, PAUSE_ANNOTATION};
 
 #[derive(Clone, Debug)]
 struct Call {
@@ -137,10 +139,10 @@ fn status_of(calls: &[Call]) -> MessageQueueClusterStatus {
     serde_json::from_value(c.body["status"].clone()).unwrap()
 }
 
-fn cond<'a>(s: &'a MessageQueueClusterStatus, t: &str) -> &'a Condition {
+fn cond(s: &MessageQueueClusterStatus, t: ConditionType) -> &Condition {
     s.conditions
         .iter()
-        .find(|c| c.type_ == t)
+        .find(|c| c.type_ == t.as_str())
         .unwrap_or_else(|| panic!("no {t} condition"))
 }
 
@@ -177,9 +179,9 @@ async fn fresh_cluster_applies_everything_in_order_then_reports_progress() {
     }
     let status = status_of(&calls);
     assert_eq!(status.observed_generation, Some(1));
-    assert_eq!(cond(&status, "Ready").status, "False");
-    assert_eq!(cond(&status, "Reconciling").status, "True");
-    assert_eq!(cond(&status, "Stalled").status, "False");
+    assert_eq!(cond(&status, ConditionType::Ready).status, FALSE);
+    assert_eq!(cond(&status, ConditionType::Reconciling).status, TRUE);
+    assert_eq!(cond(&status, ConditionType::Stalled).status, FALSE);
     assert_eq!(status.groups.len(), 2);
     assert_eq!(
         status.groups[1].pods,
@@ -204,9 +206,9 @@ async fn rolled_out_cluster_is_ready_and_says_so_once() {
     let (result, calls, _) = run(cluster(1, 2), scenario.clone()).await;
     assert_eq!(result.unwrap(), Action::requeue(IDLE_REQUEUE));
     let status = status_of(&calls);
-    assert_eq!(cond(&status, "Ready").status, "True");
-    assert_eq!(cond(&status, "Reconciling").status, "False");
-    assert_eq!(cond(&status, "Stalled").status, "False");
+    assert_eq!(cond(&status, ConditionType::Ready).status, TRUE);
+    assert_eq!(cond(&status, ConditionType::Reconciling).status, FALSE);
+    assert_eq!(cond(&status, ConditionType::Stalled).status, FALSE);
     assert_eq!(status.groups[0].ready_replicas, 2);
     let events: Vec<_> = calls
         .iter()
@@ -214,7 +216,7 @@ async fn rolled_out_cluster_is_ready_and_says_so_once() {
         .collect();
     assert_eq!(events.len(), 1);
     assert_eq!(events[0].method, Method::POST);
-    assert_eq!(events[0].body["reason"], "Ready");
+    assert_eq!(events[0].body["reason"], ConditionType::Ready.as_str());
 
     // Already Ready: no second event, and the transition time is kept.
     let mut again = cluster(1, 2);
@@ -223,8 +225,8 @@ async fn rolled_out_cluster_is_ready_and_says_so_once() {
     assert!(!calls2.iter().any(|c| c.path.contains("/events")));
     let s2 = status_of(&calls2);
     assert_eq!(
-        cond(&s2, "Ready").last_transition_time,
-        cond(&status, "Ready").last_transition_time
+        cond(&s2, ConditionType::Ready).last_transition_time,
+        cond(&status, ConditionType::Ready).last_transition_time
     );
 }
 
@@ -254,22 +256,22 @@ async fn group_scale_down_is_refused_with_stalled_and_a_warning() {
     );
     assert!(!s.iter().any(|c| c.starts_with("DELETE")), "{s:?}");
     let status = status_of(&calls);
-    let stalled = cond(&status, "Stalled");
-    assert_eq!(stalled.status, "True");
-    assert_eq!(stalled.reason, "GroupScaleDownRefused");
+    let stalled = cond(&status, ConditionType::Stalled);
+    assert_eq!(stalled.status, TRUE);
+    assert_eq!(stalled.reason, Reason::GroupScaleDownRefused.as_str());
     assert!(
         stalled.message.contains("orders-broker-2"),
         "{}",
         stalled.message
     );
-    assert_eq!(cond(&status, "Ready").status, "False");
-    assert_eq!(cond(&status, "Reconciling").status, "False");
+    assert_eq!(cond(&status, ConditionType::Ready).status, FALSE);
+    assert_eq!(cond(&status, ConditionType::Reconciling).status, FALSE);
     let warn = calls
         .iter()
         .find(|c| c.path.contains("/events"))
         .expect("an event");
     assert_eq!(warn.body["type"], "Warning");
-    assert_eq!(warn.body["reason"], "GroupScaleDownRefused");
+    assert_eq!(warn.body["reason"], Reason::GroupScaleDownRefused.as_str());
 }
 
 #[tokio::test]
@@ -287,8 +289,8 @@ async fn storage_change_freezes_the_group_with_stalled() {
         .iter()
         .any(|c| c.contains("statefulsets/orders-broker-0")));
     assert_eq!(
-        cond(&status_of(&calls), "Stalled").reason,
-        "StorageChangeRefused"
+        cond(&status_of(&calls), ConditionType::Stalled).reason,
+        Reason::StorageChangeRefused.as_str()
     );
 }
 
@@ -303,8 +305,11 @@ async fn unparseable_config_override_stalls_without_touching_brokers() {
     assert_eq!(result.unwrap(), Action::requeue(IDLE_REQUEUE));
     assert!(!summary(&calls).iter().any(|c| c.contains("broker-0")));
     let status = status_of(&calls);
-    assert_eq!(cond(&status, "Stalled").reason, "InvalidConfig");
-    assert!(cond(&status, "Stalled")
+    assert_eq!(
+        cond(&status, ConditionType::Stalled).reason,
+        Reason::InvalidConfig.as_str()
+    );
+    assert!(cond(&status, ConditionType::Stalled)
         .message
         .contains("broker.delay-levels"));
 }
@@ -322,8 +327,8 @@ async fn paused_cluster_changes_nothing_but_its_status() {
         "{s:?}"
     );
     let status = status_of(&calls);
-    assert_eq!(cond(&status, "Paused").status, "True");
-    assert_eq!(cond(&status, "Reconciling").status, "False");
+    assert_eq!(cond(&status, ConditionType::Paused).status, TRUE);
+    assert_eq!(cond(&status, ConditionType::Reconciling).status, FALSE);
     assert_eq!(status.observed_generation, Some(1));
 }
 
@@ -376,4 +381,62 @@ fn statefulset_readiness_needs_current_generation_and_all_pods() {
     assert!(statefulset_ready(&sts));
     sts.status.as_mut().unwrap().updated_replicas = Some(1);
     assert!(!statefulset_ready(&sts), "rolling");
+}
+
+#[tokio::test]
+async fn reconciles_are_counted_and_timed_and_errors_labelled() {
+    let (result, _, ctx) = run(cluster(1, 1), Scenario::default()).await;
+    assert!(result.is_ok());
+    let text = ctx.metrics.render();
+    assert!(text
+        .lines()
+        .any(|l| l == "conveyor_operator_reconciliations_total 1"));
+    assert!(text
+        .lines()
+        .any(|l| l == "conveyor_operator_reconcile_duration_seconds_count 1"));
+    assert!(!text.contains("conveyor_operator_reconcile_errors_total{"));
+
+    let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+    let server = tokio::spawn(async move {
+        while let Some((_request, responder)) = handle.next_request().await {
+            let status = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                "message": "conflict", "reason": "Conflict", "code": 409});
+            responder.send_response(
+                Response::builder()
+                    .status(409)
+                    .body(Body::from(serde_json::to_vec(&status).unwrap()))
+                    .unwrap(),
+            );
+        }
+    });
+    let metrics = Arc::new(crate::telemetry::Metrics::new());
+    let ctx = Arc::new(
+        Context::new(kube::Client::new(service, "default"), None).with_metrics(metrics.clone()),
+    );
+    let err = reconcile(Arc::new(cluster(1, 1)), ctx).await.unwrap_err();
+    assert_eq!(err.metric_labels(), ("api", "Conflict".to_string()));
+    let text = metrics.render();
+    assert!(
+        text.lines()
+            .any(|l| l
+                == "conveyor_operator_reconcile_errors_total{kind=\"api\",reason=\"Conflict\"} 1"),
+        "{text}"
+    );
+    server.abort();
+}
+
+#[test]
+fn error_labels_come_from_small_fixed_sets() {
+    assert_eq!(
+        Error::MissingName.metric_labels(),
+        ("object", "MissingName".to_string())
+    );
+    let no_reason = kube::core::Status {
+        code: 503,
+        ..Default::default()
+    };
+    assert_eq!(
+        Error::Kube(kube::Error::Api(Box::new(no_reason))).metric_labels(),
+        ("api", "Code503".to_string())
+    );
 }

@@ -1,0 +1,116 @@
+//! Applying, the IO step of a reconcile: server-side apply of a [`Plan`] under the one field
+//! manager, the status write through the status subresource, and event publishing. No decisions
+//! are made here; they are all in the pure `plan` and `status` modules.
+
+use std::collections::BTreeMap;
+use std::fmt::Debug;
+
+use k8s_openapi::NamespaceResourceScope;
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::events::Event;
+use kube::{Client, Resource};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use super::observe::ExistingGroups;
+use super::plan::{GroupAction, Plan};
+use super::status::{Notice, Observed};
+use super::{Context, Error, FIELD_MANAGER};
+use crate::crd::{MessageQueueCluster, MessageQueueClusterStatus};
+
+/// Server-side apply of one namespaced object under [`FIELD_MANAGER`] (forced: the operator owns
+/// every field it sets). Returns the object as the API server stored it.
+pub async fn apply<K>(client: &Client, ns: &str, obj: &K) -> Result<K, Error>
+where
+    K: Resource<Scope = NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + DeserializeOwned
+        + Serialize
+        + Debug,
+{
+    let name = obj.meta().name.clone().ok_or(Error::MissingName)?;
+    let api: Api<K> = Api::namespaced(client.clone(), ns);
+    Ok(api
+        .patch(
+            &name,
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(obj),
+        )
+        .await?)
+}
+
+/// Applies `plan` in order (name servers, then each group's ConfigMap, Service, StatefulSet and
+/// PDB) and returns the StatefulSets for the status; a group the plan keeps is reported as it
+/// was listed in `existing`.
+pub async fn apply_plan(
+    client: &Client,
+    ns: &str,
+    plan: &Plan,
+    existing: &ExistingGroups,
+) -> Result<Observed, Error> {
+    let ns_objects = &plan.name_server;
+    apply(client, ns, &ns_objects.headless_service).await?;
+    apply(client, ns, &ns_objects.client_service).await?;
+    let name_server = apply(client, ns, &ns_objects.statefulset).await?;
+    apply(client, ns, &ns_objects.pdb).await?;
+
+    let mut groups = BTreeMap::new();
+    for g in &plan.groups {
+        let sts = match &g.action {
+            GroupAction::Keep => existing.get(&g.index).cloned(),
+            GroupAction::Apply(objects) => {
+                apply(client, ns, &objects.config_map).await?;
+                apply(client, ns, &objects.service).await?;
+                let sts = apply(client, ns, &objects.statefulset).await?;
+                apply(client, ns, &objects.pdb).await?;
+                Some(sts)
+            }
+        };
+        if let Some(sts) = sts {
+            groups.insert(g.index, sts);
+        }
+    }
+    Ok(Observed {
+        name_server,
+        groups,
+    })
+}
+
+/// Writes `status` through the status subresource (server-side apply, forced).
+pub async fn patch_status(
+    ctx: &Context,
+    ns: &str,
+    name: &str,
+    status: &MessageQueueClusterStatus,
+) -> Result<(), Error> {
+    let api: Api<MessageQueueCluster> = Api::namespaced(ctx.client.clone(), ns);
+    let body = serde_json::json!({
+        "apiVersion": MessageQueueCluster::api_version(&()),
+        "kind": MessageQueueCluster::kind(&()),
+        "status": status,
+    });
+    api.patch_status(
+        name,
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(&body),
+    )
+    .await?;
+    Ok(())
+}
+
+/// Publishes `notices` as events on `mqc`, in order; a failure to record one is logged, never
+/// fatal.
+pub async fn publish(ctx: &Context, mqc: &MessageQueueCluster, notices: &[Notice]) {
+    for n in notices {
+        let ev = Event {
+            type_: n.type_,
+            reason: n.reason.into(),
+            note: Some(n.note.clone()),
+            action: n.action.into(),
+            secondary: None,
+        };
+        if let Err(e) = ctx.recorder.publish(&ev, &mqc.object_ref(&())).await {
+            tracing::warn!(error = %e, "cannot publish event");
+        }
+    }
+}

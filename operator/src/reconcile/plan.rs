@@ -1,0 +1,340 @@
+//! Planning, the pure first step of a reconcile: from a `MessageQueueCluster` and the broker
+//! groups that exist to the objects to apply and the refusals to report. No IO, so every
+//! decision (what is applied, what is left alone and why) is unit-tested without an API server.
+
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::{ConfigMap, Service};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::ResourceExt;
+
+use super::conditions::Reason;
+use super::observe::ExistingGroups;
+use crate::builders::{self, names};
+use crate::crd::MessageQueueCluster;
+
+/// What kind of reconcile a cluster gets, decided from the object alone.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Gate {
+    /// Being deleted: owner references let the garbage collector remove the owned objects and
+    /// PVCs are kept (retention policy Retain), so there is nothing to do and no finalizer.
+    Deleting,
+    /// The pause annotation is set: only the status is written.
+    Paused,
+    /// Observe, plan, apply and report.
+    Active,
+}
+
+/// Decides the [`Gate`] of `mqc`.
+pub fn gate(mqc: &MessageQueueCluster) -> Gate {
+    if mqc.metadata.deletion_timestamp.is_some() {
+        Gate::Deleting
+    } else if mqc.paused() {
+        Gate::Paused
+    } else {
+        Gate::Active
+    }
+}
+
+/// Why a spec cannot be carried out as written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stall {
+    /// Reason of the `Stalled` condition and of the Warning event.
+    pub reason: Reason,
+    /// What is wrong and how to fix it, for people.
+    pub message: String,
+}
+
+/// The name servers' objects, in apply order.
+#[derive(Debug, Clone)]
+pub struct NameServerObjects {
+    /// Headless Service giving each pod a stable DNS name.
+    pub headless_service: Service,
+    /// Service clients connect to.
+    pub client_service: Service,
+    /// The name-server StatefulSet.
+    pub statefulset: StatefulSet,
+    /// Disruption budget of the name servers.
+    pub pdb: PodDisruptionBudget,
+}
+
+/// One broker group's objects, in apply order.
+#[derive(Debug, Clone)]
+pub struct BrokerGroupObjects {
+    /// The rendered per-pod configuration.
+    pub config_map: ConfigMap,
+    /// Headless Service of the group.
+    pub service: Service,
+    /// The group's StatefulSet (its pod template carries the configuration hash).
+    pub statefulset: StatefulSet,
+    /// Disruption budget of the group.
+    pub pdb: PodDisruptionBudget,
+}
+
+/// What happens to one broker group.
+#[derive(Debug, Clone)]
+pub enum GroupAction {
+    /// Apply these objects.
+    Apply(Box<BrokerGroupObjects>),
+    /// Leave the existing group unchanged (its storage cannot change; see [`Plan::stalls`]).
+    Keep,
+}
+
+/// One broker group in the plan.
+#[derive(Debug, Clone)]
+pub struct GroupPlan {
+    /// Group index (`0..spec.broker.groups`).
+    pub index: i32,
+    /// The group's name: StatefulSet, Service, PDB and RocketMQ broker name.
+    pub name: String,
+    /// Apply or keep.
+    pub action: GroupAction,
+}
+
+/// Everything one reconcile of an active cluster applies, and what it refuses.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    /// Name servers (always applied: they never depend on a refused change).
+    pub name_server: NameServerObjects,
+    /// Broker groups by index; empty when the broker configuration does not render, since a
+    /// bad override stalls the brokers as a whole.
+    pub groups: Vec<GroupPlan>,
+    /// Refusals, in the order they are reported.
+    pub stalls: Vec<Stall>,
+}
+
+impl Plan {
+    /// True when some part of the spec is refused.
+    pub fn stalled(&self) -> bool {
+        !self.stalls.is_empty()
+    }
+}
+
+/// The storage request and class of a StatefulSet's `data` claim template.
+fn claim_storage(sts: &StatefulSet) -> Option<(Option<String>, Option<String>)> {
+    let claim = sts
+        .spec
+        .as_ref()?
+        .volume_claim_templates
+        .as_ref()?
+        .iter()
+        .find(|c| c.metadata.name.as_deref() == Some("data"))?;
+    let spec = claim.spec.as_ref()?;
+    let size = spec
+        .resources
+        .as_ref()
+        .and_then(|r| r.requests.as_ref())
+        .and_then(|r| r.get("storage"))
+        .map(|q| q.0.clone());
+    Some((size, spec.storage_class_name.clone()))
+}
+
+/// Checks the spec against what exists: groups cannot be removed and claim templates cannot
+/// change (both need draining/migration that a later version adds). Returns the refusals and
+/// the indices of the groups to leave unchanged.
+pub fn find_stalls(mqc: &MessageQueueCluster, existing: &ExistingGroups) -> (Vec<Stall>, Vec<i32>) {
+    let mut stalls = Vec::new();
+    let mut frozen = Vec::new();
+    let groups = mqc.spec.broker.groups;
+    let extra: Vec<String> = existing
+        .keys()
+        .filter(|g| **g >= groups)
+        .map(|g| names::broker_group(&mqc.name_any(), *g))
+        .collect();
+    if !extra.is_empty() {
+        stalls.push(Stall {
+            reason: Reason::GroupScaleDownRefused,
+            message: format!(
+                "spec.broker.groups is {groups} but {} exist ({}); removing broker groups needs draining, which is not supported yet: restore spec.broker.groups to {} or more",
+                existing.keys().filter(|g| **g >= groups).count() + groups as usize,
+                extra.join(", "),
+                existing.keys().max().map(|m| m + 1).unwrap_or(groups)
+            ),
+        });
+    }
+    let storage = &mqc.spec.broker.storage;
+    for (g, sts) in existing.iter().filter(|(g, _)| **g < groups) {
+        if let Some((size, class)) = claim_storage(sts) {
+            let class_changed =
+                storage.storage_class_name.is_some() && class != storage.storage_class_name;
+            if size.as_deref() != Some(storage.size.as_str()) || class_changed {
+                frozen.push(*g);
+                stalls.push(Stall {
+                    reason: Reason::StorageChangeRefused,
+                    message: format!(
+                        "{}: volume claim templates are immutable (have size {} class {}, spec asks {} class {}); the group is left unchanged",
+                        sts.name_any(),
+                        size.unwrap_or_default(),
+                        class.unwrap_or_else(|| "<default>".into()),
+                        storage.size,
+                        storage.storage_class_name.clone().unwrap_or_else(|| "<default>".into()),
+                    ),
+                });
+            }
+        }
+    }
+    (stalls, frozen)
+}
+
+/// Plans the reconcile of an active cluster given the broker groups that exist.
+pub fn plan(mqc: &MessageQueueCluster, existing: &ExistingGroups) -> Plan {
+    let (mut stalls, frozen) = find_stalls(mqc, existing);
+
+    // Render every group's configuration first: a bad override stalls the brokers as a whole.
+    let mut configs = Vec::new();
+    for g in 0..mqc.spec.broker.groups {
+        match builders::broker_config_map(mqc, g) {
+            Ok(cm) => configs.push((g, cm)),
+            Err(e) => {
+                stalls.push(Stall {
+                    reason: Reason::InvalidConfig,
+                    message: e.to_string(),
+                });
+                configs.clear();
+                break;
+            }
+        }
+    }
+
+    let cluster = mqc.name_any();
+    let groups = configs
+        .into_iter()
+        .map(|(index, config_map)| GroupPlan {
+            index,
+            name: names::broker_group(&cluster, index),
+            action: if frozen.contains(&index) {
+                GroupAction::Keep
+            } else {
+                GroupAction::Apply(Box::new(BrokerGroupObjects {
+                    service: builders::broker_headless_service(mqc, index),
+                    statefulset: builders::broker_statefulset(mqc, index, &config_map),
+                    pdb: builders::broker_pdb(mqc, index),
+                    config_map,
+                }))
+            },
+        })
+        .collect();
+
+    Plan {
+        name_server: NameServerObjects {
+            headless_service: builders::name_server_headless_service(mqc),
+            client_service: builders::name_server_client_service(mqc),
+            statefulset: builders::name_server_statefulset(mqc),
+            pdb: builders::name_server_pdb(mqc),
+        },
+        groups,
+        stalls,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::builders::tests::cluster;
+    use crate::crd::PAUSE_ANNOTATION;
+
+    fn group(mqc: &MessageQueueCluster, g: i32) -> StatefulSet {
+        let cm = builders::broker_config_map(mqc, g).unwrap();
+        builders::broker_statefulset(mqc, g, &cm)
+    }
+
+    fn existing(mqc: &MessageQueueCluster, groups: i32) -> ExistingGroups {
+        (0..groups).map(|g| (g, group(mqc, g))).collect()
+    }
+
+    fn applied(p: &Plan) -> Vec<(i32, bool)> {
+        p.groups
+            .iter()
+            .map(|g| (g.index, matches!(g.action, GroupAction::Apply(_))))
+            .collect()
+    }
+
+    #[test]
+    fn gate_orders_deletion_before_pause() {
+        let mut mqc = cluster(1, 1);
+        assert_eq!(gate(&mqc), Gate::Active);
+        mqc.metadata.annotations =
+            Some([(PAUSE_ANNOTATION.to_string(), "True".to_string())].into());
+        assert_eq!(gate(&mqc), Gate::Paused);
+        mqc.metadata.deletion_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+            ));
+        assert_eq!(gate(&mqc), Gate::Deleting);
+    }
+
+    #[test]
+    fn a_fresh_cluster_applies_every_group() {
+        let mqc = cluster(3, 2);
+        let p = plan(&mqc, &BTreeMap::new());
+        assert!(!p.stalled());
+        assert_eq!(applied(&p), [(0, true), (1, true), (2, true)]);
+        assert_eq!(p.groups[2].name, "orders-broker-2");
+        let GroupAction::Apply(objects) = &p.groups[1].action else {
+            unreachable!()
+        };
+        assert_eq!(objects.config_map.name_any(), "orders-broker-1-config");
+        assert_eq!(objects.statefulset.name_any(), "orders-broker-1");
+        assert_eq!(p.name_server.statefulset.name_any(), "orders-namesrv");
+        assert_eq!(
+            p.name_server.headless_service.name_any(),
+            "orders-namesrv-headless"
+        );
+    }
+
+    #[test]
+    fn scale_down_is_refused_and_the_extra_groups_are_not_planned() {
+        let p = plan(&cluster(1, 1), &existing(&cluster(3, 1), 3));
+        assert_eq!(p.stalls.len(), 1);
+        assert_eq!(p.stalls[0].reason, Reason::GroupScaleDownRefused);
+        assert!(
+            p.stalls[0]
+                .message
+                .contains("orders-broker-1, orders-broker-2")
+                && p.stalls[0]
+                    .message
+                    .contains("restore spec.broker.groups to 3"),
+            "{}",
+            p.stalls[0].message
+        );
+        assert_eq!(applied(&p), [(0, true)]);
+    }
+
+    #[test]
+    fn a_storage_change_keeps_only_that_group() {
+        let old = cluster(2, 1);
+        let mut bigger = cluster(3, 1);
+        bigger.spec.broker.storage.size = "20Gi".into();
+        let p = plan(&bigger, &existing(&old, 2));
+        let reasons: Vec<_> = p.stalls.iter().map(|s| s.reason).collect();
+        assert_eq!(
+            reasons,
+            [Reason::StorageChangeRefused, Reason::StorageChangeRefused]
+        );
+        assert!(p.stalls[0].message.starts_with("orders-broker-0: "));
+        assert_eq!(applied(&p), [(0, false), (1, false), (2, true)]);
+    }
+
+    #[test]
+    fn an_unset_storage_class_is_not_a_change() {
+        let old = cluster(1, 1);
+        let mut unset = cluster(1, 1);
+        unset.spec.broker.storage.storage_class_name = None;
+        assert!(!plan(&unset, &existing(&old, 1)).stalled());
+    }
+
+    #[test]
+    fn a_bad_override_plans_no_broker_group_but_still_the_name_servers() {
+        let mut mqc = cluster(2, 1);
+        mqc.spec
+            .broker
+            .config
+            .insert("broker.delay-levels".into(), "1s 5s".into());
+        let p = plan(&mqc, &BTreeMap::new());
+        assert!(p.groups.is_empty());
+        assert_eq!(p.stalls[0].reason, Reason::InvalidConfig);
+        assert!(p.stalls[0].message.contains("broker.delay-levels"));
+        assert_eq!(p.name_server.pdb.name_any(), "orders-namesrv");
+    }
+}

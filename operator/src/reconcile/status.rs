@@ -1,0 +1,281 @@
+//! Reporting, the pure last step of a reconcile: from the plan and the StatefulSets as the API
+//! server returned them to the status to write (kstatus conditions, group pods, name-server
+//! addresses), the events to publish and when to look again. The clock is a parameter, so the
+//! condition rules (including kept transition times) are unit-tested without an API server.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::jiff::Timestamp;
+use kube::runtime::controller::Action;
+use kube::runtime::events::EventType;
+
+use super::conditions::{status_str, ConditionType, Reason, ACTION_PAUSE, ACTION_RECONCILE, TRUE};
+use super::plan::Plan;
+use super::{IDLE_REQUEUE, PROGRESS_REQUEUE};
+use crate::builders::{self, names};
+use crate::crd::{BrokerGroupStatus, MessageQueueCluster, MessageQueueClusterStatus};
+
+/// The StatefulSets after the apply step: the name servers' and each planned group's, as the
+/// API server answered the apply (or as listed, for a group the plan keeps unchanged).
+#[derive(Debug, Clone)]
+pub struct Observed {
+    /// The name-server StatefulSet.
+    pub name_server: StatefulSet,
+    /// Broker-group StatefulSets by group index.
+    pub groups: BTreeMap<i32, StatefulSet>,
+}
+
+/// An event to publish about the cluster.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Notice {
+    /// Normal or Warning.
+    pub type_: EventType,
+    /// Event reason (a condition type that became true, or a refusal [`Reason`]).
+    pub reason: &'static str,
+    /// Event action.
+    pub action: &'static str,
+    /// Human-readable note.
+    pub note: String,
+}
+
+/// What a reconcile reports: the status, the events and the next requeue.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    /// The status to write through the status subresource.
+    pub status: MessageQueueClusterStatus,
+    /// Events to publish, in order.
+    pub notices: Vec<Notice>,
+    /// When to reconcile again (changes arrive through the watches anyway).
+    pub action: Action,
+}
+
+/// Builds a condition, keeping `lastTransitionTime` from `old` when the status did not change
+/// and using `now` when it did.
+pub fn condition(
+    old: &[Condition],
+    type_: ConditionType,
+    holds: bool,
+    reason: Reason,
+    message: String,
+    generation: Option<i64>,
+    now: Timestamp,
+) -> Condition {
+    let status = status_str(holds);
+    let last = old
+        .iter()
+        .find(|c| c.type_ == type_.as_str() && c.status == status)
+        .map(|c| c.last_transition_time.clone())
+        .unwrap_or(Time(now));
+    Condition {
+        type_: type_.as_str().into(),
+        status: status.into(),
+        reason: reason.as_str().into(),
+        message,
+        observed_generation: generation,
+        last_transition_time: last,
+    }
+}
+
+/// True when `conditions` has `type_` with status `True`.
+pub fn holds(conditions: &[Condition], type_: ConditionType) -> bool {
+    conditions
+        .iter()
+        .any(|c| c.type_ == type_.as_str() && c.status == TRUE)
+}
+
+/// True when a StatefulSet has rolled out its current spec and all pods are ready.
+pub fn statefulset_ready(sts: &StatefulSet) -> bool {
+    let want = sts.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
+    let Some(st) = &sts.status else { return false };
+    let current_gen = st.observed_generation.unwrap_or(0) >= sts.metadata.generation.unwrap_or(0);
+    current_gen
+        && st.ready_replicas.unwrap_or(0) >= want
+        && st.updated_replicas.unwrap_or(0) >= want
+        && st.replicas <= want
+}
+
+fn ready_replicas(sts: &StatefulSet) -> i32 {
+    sts.status
+        .as_ref()
+        .and_then(|s| s.ready_replicas)
+        .unwrap_or(0)
+}
+
+/// Status of a paused cluster: `Paused=True`, `Reconciling=False`, the other conditions and
+/// fields kept; one Normal event when the pause begins; no requeue.
+pub fn paused(mqc: &MessageQueueCluster, now: Timestamp) -> Outcome {
+    let generation = mqc.metadata.generation;
+    let mut status = mqc.status.clone().unwrap_or_default();
+    let old = std::mem::take(&mut status.conditions);
+    status.observed_generation = generation;
+    let msg = format!(
+        "annotation {}=true: no changes are applied",
+        crate::crd::PAUSE_ANNOTATION
+    );
+    let paused_type = ConditionType::Paused.as_str();
+    let reconciling_type = ConditionType::Reconciling.as_str();
+    let mut conditions: Vec<Condition> = old
+        .iter()
+        .filter(|c| c.type_ != paused_type && c.type_ != reconciling_type)
+        .cloned()
+        .collect();
+    let cond =
+        |type_, holds, reason| condition(&old, type_, holds, reason, msg.clone(), generation, now);
+    conditions.push(cond(ConditionType::Paused, true, Reason::PauseAnnotation));
+    conditions.push(cond(ConditionType::Reconciling, false, Reason::Paused));
+    for missing in [ConditionType::Ready, ConditionType::Stalled] {
+        if !conditions.iter().any(|c| c.type_ == missing.as_str()) {
+            conditions.push(cond(missing, false, Reason::Paused));
+        }
+    }
+    status.conditions = conditions;
+    let notices = if holds(&old, ConditionType::Paused) {
+        Vec::new()
+    } else {
+        vec![Notice {
+            type_: EventType::Normal,
+            reason: ConditionType::Paused.as_str(),
+            action: ACTION_PAUSE,
+            note: msg,
+        }]
+    };
+    Outcome {
+        status,
+        notices,
+        action: Action::await_change(),
+    }
+}
+
+/// Status of an active cluster after `plan` was applied and `observed` came back: `Ready` when
+/// every StatefulSet is rolled out and nothing is refused, `Stalled` with the refusals,
+/// `Reconciling` otherwise; a Warning event per refusal and a Normal event when it becomes
+/// ready; a slow requeue once settled or stalled, a fast one while rolling out.
+pub fn status(
+    mqc: &MessageQueueCluster,
+    plan: &Plan,
+    observed: &Observed,
+    now: Timestamp,
+) -> Outcome {
+    let generation = mqc.metadata.generation;
+    let old_status = mqc.status.clone().unwrap_or_default();
+    let old = old_status.conditions.as_slice();
+
+    let mut all_ready = statefulset_ready(&observed.name_server);
+    let mut groups = Vec::new();
+    for g in &plan.groups {
+        let sts = observed.groups.get(&g.index);
+        all_ready &= sts.is_some_and(statefulset_ready);
+        let replicas = sts
+            .and_then(|s| s.spec.as_ref())
+            .and_then(|s| s.replicas)
+            .unwrap_or(mqc.spec.broker.replicas_per_group);
+        groups.push(BrokerGroupStatus {
+            pods: (0..replicas).map(|i| names::pod(&g.name, i)).collect(),
+            ready_replicas: sts.map(ready_replicas).unwrap_or(0),
+            // Ordinal 0 is the master until failover promotion exists.
+            master: (replicas > 0).then(|| names::pod(&g.name, 0)),
+            name: g.name.clone(),
+        });
+    }
+    all_ready &= plan.groups.len() as i32 == mqc.spec.broker.groups;
+
+    let stalled = plan.stalled();
+    let stall_message = plan
+        .stalls
+        .iter()
+        .map(|s| s.message.clone())
+        .collect::<Vec<_>>()
+        .join("; ");
+    let stall_reason = plan
+        .stalls
+        .first()
+        .map(|s| s.reason)
+        .unwrap_or(Reason::Satisfiable);
+    let ready = all_ready && !stalled;
+    let (ready_reason, ready_message) = if ready {
+        (
+            Reason::AllPodsReady,
+            "all name servers and broker groups are ready".to_string(),
+        )
+    } else if stalled {
+        (stall_reason, stall_message.clone())
+    } else {
+        (
+            Reason::Progressing,
+            "waiting for StatefulSets to roll out and pods to become ready".to_string(),
+        )
+    };
+    let reconciling = !ready && !stalled;
+    let (reconciling_reason, reconciling_message) = if reconciling {
+        (
+            Reason::Progressing,
+            "applied the desired objects; waiting for pods".to_string(),
+        )
+    } else {
+        (Reason::Settled, String::new())
+    };
+    let cond = |type_, holds, reason, message| {
+        condition(old, type_, holds, reason, message, generation, now)
+    };
+    let mut conditions = vec![
+        cond(ConditionType::Ready, ready, ready_reason, ready_message),
+        cond(
+            ConditionType::Reconciling,
+            reconciling,
+            reconciling_reason,
+            reconciling_message,
+        ),
+        cond(ConditionType::Stalled, stalled, stall_reason, stall_message),
+    ];
+    if old
+        .iter()
+        .any(|c| c.type_ == ConditionType::Paused.as_str())
+    {
+        conditions.push(cond(
+            ConditionType::Paused,
+            false,
+            Reason::Resumed,
+            String::new(),
+        ));
+    }
+
+    let mut notices: Vec<Notice> = plan
+        .stalls
+        .iter()
+        .map(|s| Notice {
+            type_: EventType::Warning,
+            reason: s.reason.as_str(),
+            action: ACTION_RECONCILE,
+            note: s.message.clone(),
+        })
+        .collect();
+    if ready && !holds(old, ConditionType::Ready) {
+        notices.push(Notice {
+            type_: EventType::Normal,
+            reason: ConditionType::Ready.as_str(),
+            action: ACTION_RECONCILE,
+            note: "cluster is ready".into(),
+        });
+    }
+
+    Outcome {
+        status: MessageQueueClusterStatus {
+            observed_generation: generation,
+            conditions,
+            name_server_addresses: Some(builders::name_server_addresses(mqc)),
+            name_server_service: Some(builders::name_server_service_address(mqc)),
+            groups,
+        },
+        notices,
+        action: if stalled || ready {
+            Action::requeue(IDLE_REQUEUE)
+        } else {
+            Action::requeue(PROGRESS_REQUEUE)
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests;

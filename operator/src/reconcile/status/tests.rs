@@ -1,0 +1,294 @@
+//! Unit tests of the pure status rules: a plan and StatefulSets in, conditions, events and the
+//! requeue out, with a fixed clock.
+
+use k8s_openapi::api::apps::v1::StatefulSetStatus;
+use k8s_openapi::jiff::SignedDuration;
+
+use super::*;
+use crate::builders::tests::cluster;
+use crate::crd::PAUSE_ANNOTATION;
+use crate::reconcile::conditions::FALSE;
+use crate::reconcile::plan::{plan, Stall};
+
+fn t0() -> Timestamp {
+    Timestamp::from_second(1_700_000_000).unwrap()
+}
+
+fn later() -> Timestamp {
+    t0() + SignedDuration::from_secs(60)
+}
+
+fn rolled_out(mut sts: StatefulSet) -> StatefulSet {
+    let n = sts.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
+    sts.metadata.generation = Some(1);
+    sts.status = Some(StatefulSetStatus {
+        observed_generation: Some(1),
+        replicas: n,
+        ready_replicas: Some(n),
+        updated_replicas: Some(n),
+        ..Default::default()
+    });
+    sts
+}
+
+/// The plan of a fresh `mqc` and what the API server answers: every StatefulSet rolled out
+/// when `ready`, none when not.
+fn applied(mqc: &MessageQueueCluster, ready: bool) -> (Plan, Observed) {
+    let p = plan(mqc, &BTreeMap::new());
+    let finish = |sts: StatefulSet| if ready { rolled_out(sts) } else { sts };
+    let groups = p
+        .groups
+        .iter()
+        .map(|g| match &g.action {
+            crate::reconcile::plan::GroupAction::Apply(o) => {
+                (g.index, finish(o.statefulset.clone()))
+            }
+            crate::reconcile::plan::GroupAction::Keep => unreachable!("fresh cluster"),
+        })
+        .collect();
+    let observed = Observed {
+        name_server: finish(p.name_server.statefulset.clone()),
+        groups,
+    };
+    (p, observed)
+}
+
+fn get(s: &MessageQueueClusterStatus, t: ConditionType) -> &Condition {
+    s.conditions
+        .iter()
+        .find(|c| c.type_ == t.as_str())
+        .unwrap_or_else(|| panic!("no {t}"))
+}
+
+fn summary(s: &MessageQueueClusterStatus) -> Vec<(String, String, String)> {
+    s.conditions
+        .iter()
+        .map(|c| (c.type_.clone(), c.status.clone(), c.reason.clone()))
+        .collect()
+}
+
+fn triple(t: ConditionType, holds: bool, r: Reason) -> (String, String, String) {
+    (t.to_string(), status_str(holds).into(), r.to_string())
+}
+
+#[test]
+fn rolling_out_is_reconciling_with_a_fast_requeue() {
+    let mqc = cluster(2, 2);
+    let (p, observed) = applied(&mqc, false);
+    let out = status(&mqc, &p, &observed, t0());
+    assert_eq!(
+        summary(&out.status),
+        [
+            triple(ConditionType::Ready, false, Reason::Progressing),
+            triple(ConditionType::Reconciling, true, Reason::Progressing),
+            triple(ConditionType::Stalled, false, Reason::Satisfiable),
+        ]
+    );
+    assert_eq!(out.action, Action::requeue(PROGRESS_REQUEUE));
+    assert!(out.notices.is_empty());
+    assert_eq!(out.status.observed_generation, Some(1));
+    assert_eq!(out.status.groups.len(), 2);
+    assert_eq!(out.status.groups[0].ready_replicas, 0);
+    assert_eq!(
+        out.status.groups[0].pods,
+        ["orders-broker-0-0", "orders-broker-0-1"]
+    );
+    assert!(out
+        .status
+        .conditions
+        .iter()
+        .all(|c| c.last_transition_time == Time(t0())));
+}
+
+#[test]
+fn ready_is_announced_once_and_keeps_its_transition_time() {
+    let mut mqc = cluster(1, 3);
+    let (p, observed) = applied(&mqc, true);
+    let first = status(&mqc, &p, &observed, t0());
+    assert_eq!(
+        summary(&first.status)[..2],
+        [
+            triple(ConditionType::Ready, true, Reason::AllPodsReady),
+            triple(ConditionType::Reconciling, false, Reason::Settled),
+        ]
+    );
+    assert_eq!(first.action, Action::requeue(IDLE_REQUEUE));
+    assert_eq!(
+        first.notices,
+        [Notice {
+            type_: EventType::Normal,
+            reason: ConditionType::Ready.as_str(),
+            action: ACTION_RECONCILE,
+            note: "cluster is ready".into(),
+        }]
+    );
+    assert_eq!(first.status.groups[0].ready_replicas, 3);
+    assert_eq!(
+        first.status.groups[0].master.as_deref(),
+        Some("orders-broker-0-0")
+    );
+
+    mqc.status = Some(first.status.clone());
+    let second = status(&mqc, &p, &observed, later());
+    assert!(second.notices.is_empty());
+    for t in [
+        ConditionType::Ready,
+        ConditionType::Reconciling,
+        ConditionType::Stalled,
+    ] {
+        assert_eq!(
+            get(&second.status, t).last_transition_time,
+            Time(t0()),
+            "{t}"
+        );
+    }
+
+    // A status change takes the new time.
+    let (p, not_ready) = applied(&mqc, false);
+    let third = status(&mqc, &p, &not_ready, later());
+    assert_eq!(get(&third.status, ConditionType::Ready).status, FALSE);
+    assert_eq!(
+        get(&third.status, ConditionType::Ready).last_transition_time,
+        Time(later())
+    );
+    assert_eq!(
+        get(&third.status, ConditionType::Stalled).last_transition_time,
+        Time(t0())
+    );
+}
+
+#[test]
+fn a_missing_name_server_or_group_is_not_ready() {
+    let mqc = cluster(2, 1);
+    let (p, mut observed) = applied(&mqc, true);
+    observed.groups.remove(&1);
+    let out = status(&mqc, &p, &observed, t0());
+    assert_eq!(get(&out.status, ConditionType::Ready).status, FALSE);
+    assert_eq!(out.status.groups[1].ready_replicas, 0);
+    // Without the StatefulSet the spec's replica count names the pods.
+    assert_eq!(out.status.groups[1].pods, ["orders-broker-1-0"]);
+
+    let (p, mut observed) = applied(&mqc, true);
+    observed.name_server.status = None;
+    assert_eq!(
+        get(
+            &status(&mqc, &p, &observed, t0()).status,
+            ConditionType::Ready
+        )
+        .reason,
+        Reason::Progressing.as_str()
+    );
+}
+
+#[test]
+fn refusals_stall_with_every_message_and_a_warning_each() {
+    let mqc = cluster(1, 1);
+    let (mut p, observed) = applied(&mqc, true);
+    p.stalls = vec![
+        Stall {
+            reason: Reason::GroupScaleDownRefused,
+            message: "first".into(),
+        },
+        Stall {
+            reason: Reason::StorageChangeRefused,
+            message: "second".into(),
+        },
+    ];
+    let out = status(&mqc, &p, &observed, t0());
+    assert_eq!(
+        summary(&out.status),
+        [
+            triple(ConditionType::Ready, false, Reason::GroupScaleDownRefused),
+            triple(ConditionType::Reconciling, false, Reason::Settled),
+            triple(ConditionType::Stalled, true, Reason::GroupScaleDownRefused),
+        ]
+    );
+    assert_eq!(
+        get(&out.status, ConditionType::Stalled).message,
+        "first; second"
+    );
+    assert_eq!(out.action, Action::requeue(IDLE_REQUEUE), "no hot loop");
+    let reasons: Vec<_> = out.notices.iter().map(|n| (n.type_, n.reason)).collect();
+    assert_eq!(
+        reasons,
+        [
+            (EventType::Warning, Reason::GroupScaleDownRefused.as_str()),
+            (EventType::Warning, Reason::StorageChangeRefused.as_str())
+        ]
+    );
+}
+
+#[test]
+fn a_plan_without_groups_is_never_ready() {
+    let mut mqc = cluster(1, 1);
+    mqc.spec
+        .broker
+        .config
+        .insert("broker.delay-levels".into(), "1s 5s".into());
+    let (p, observed) = applied(&mqc, true);
+    let out = status(&mqc, &p, &observed, t0());
+    assert!(out.status.groups.is_empty());
+    assert_eq!(
+        get(&out.status, ConditionType::Stalled).reason,
+        Reason::InvalidConfig.as_str()
+    );
+    assert_eq!(get(&out.status, ConditionType::Ready).status, FALSE);
+}
+
+#[test]
+fn pausing_keeps_the_other_fields_and_announces_once() {
+    let mut mqc = cluster(1, 1);
+    let (p, observed) = applied(&mqc, true);
+    let before = status(&mqc, &p, &observed, t0()).status;
+    mqc.status = Some(before.clone());
+    mqc.metadata.generation = Some(2);
+    mqc.metadata.annotations = Some([(PAUSE_ANNOTATION.to_string(), "true".to_string())].into());
+
+    let out = paused(&mqc, later());
+    assert_eq!(out.action, Action::await_change());
+    assert_eq!(
+        summary(&out.status),
+        [
+            triple(ConditionType::Ready, true, Reason::AllPodsReady),
+            triple(ConditionType::Stalled, false, Reason::Satisfiable),
+            triple(ConditionType::Paused, true, Reason::PauseAnnotation),
+            triple(ConditionType::Reconciling, false, Reason::Paused),
+        ]
+    );
+    assert_eq!(out.status.observed_generation, Some(2));
+    assert_eq!(out.status.groups, before.groups);
+    assert_eq!(
+        get(&out.status, ConditionType::Reconciling).last_transition_time,
+        Time(t0()),
+        "Reconciling stayed False"
+    );
+    assert_eq!(out.notices.len(), 1);
+    assert_eq!(out.notices[0].reason, ConditionType::Paused.as_str());
+    assert_eq!(out.notices[0].action, ACTION_PAUSE);
+
+    mqc.status = Some(out.status.clone());
+    assert!(paused(&mqc, later()).notices.is_empty());
+
+    // Resuming reports Paused=False.
+    let resumed = status(&mqc, &p, &observed, later());
+    assert_eq!(
+        summary(&resumed.status)[3],
+        triple(ConditionType::Paused, false, Reason::Resumed)
+    );
+}
+
+#[test]
+fn a_fresh_paused_cluster_gets_every_condition() {
+    let mut mqc = cluster(1, 1);
+    mqc.metadata.annotations = Some([(PAUSE_ANNOTATION.to_string(), "true".to_string())].into());
+    let out = paused(&mqc, t0());
+    assert_eq!(
+        summary(&out.status),
+        [
+            triple(ConditionType::Paused, true, Reason::PauseAnnotation),
+            triple(ConditionType::Reconciling, false, Reason::Paused),
+            triple(ConditionType::Ready, false, Reason::Paused),
+            triple(ConditionType::Stalled, false, Reason::Paused),
+        ]
+    );
+}
