@@ -97,7 +97,7 @@ impl AllocateService {
             drop(slot);
             return self.create(base);
         }
-        if slot.requested != Some(base) && !slot.ready.as_ref().is_some_and(|(b, _)| *b == base) {
+        if slot.requested != Some(base) && slot.ready.as_ref().is_none_or(|(b, _)| *b != base) {
             slot.requested = Some(base);
             self.changed.notify_all();
         }

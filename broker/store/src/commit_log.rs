@@ -341,15 +341,32 @@ impl CommitLog {
         Ok(next)
     }
 
-    /// Asks the allocator for the segment after the current one (at open, so that the first
-    /// roll after a restart finds it ready).
-    pub(crate) fn prepare_next_segment(&self) {
+    /// Creates the first segment of an empty log (at open, so that the first append does not
+    /// wait for it) and asks the allocator for the segment after the current one (so that
+    /// the first roll after a restart finds it ready).
+    pub(crate) fn prepare_segments(&self) -> Result<()> {
+        if self.segments.min_offset().is_none() {
+            let mut state = self.lock_append();
+            let base = state.write_pos.next_multiple_of(self.segment_size());
+            let (first, created) = self.segments.get_or_append(base, || {
+                let mut file = self.allocator.take(base)?;
+                file.move_into(self.segments.dir())?;
+                Ok(file)
+            })?;
+            if created {
+                sync_dir(self.segments.dir())?;
+            }
+            state.write_pos = first.base();
+            self.committed.store(first.base(), Ordering::Release);
+            self.flushed.store(first.base(), Ordering::Release);
+        }
         let pos = self.max_offset();
         let next = match self.segment_at(pos) {
             Some(seg) => seg.end(),
             None => pos.next_multiple_of(self.segment_size()),
         };
         self.allocator.request(next);
+        Ok(())
     }
 
     /// The segment containing `pos`, if any.

@@ -61,9 +61,11 @@ pub struct StoreConfig {
     pub disk_full_ratio: f64,
     /// Address written as STOREHOST into every record (the broker's advertised address).
     pub store_host: SocketAddr,
-    /// Write zeros over each new CommitLog segment (on the allocator thread, before the
-    /// segment is used) so that flushes only write data and never convert unwritten extents
-    /// (RocketMQ's `warmMapedFileEnable`). See docs/benchmarks.md for what it buys.
+    /// Under SYNC flush, write zeros over each new CommitLog segment (on the allocator thread,
+    /// before the segment is used) so that flushes only write data and never convert
+    /// unwritten extents (RocketMQ's `warmMapedFileEnable`, off by default there too). Off by
+    /// default: measured here, the extra segment-sized write competes with the flushes SYNC
+    /// appenders wait for (docs/benchmarks.md). Ignored under ASYNC flush.
     pub zero_new_segments: bool,
     /// Treat records without Conveyor's checksum trailer as damaged (off only for stores
     /// written by Apache RocketMQ).
@@ -93,7 +95,7 @@ impl StoreConfig {
             disk_force_clean_ratio: 0.85,
             disk_full_ratio: 0.90,
             store_host: SocketAddr::from(([127, 0, 0, 1], 10911)),
-            zero_new_segments: true,
+            zero_new_segments: false,
             require_record_crc: true,
         }
     }

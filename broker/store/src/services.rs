@@ -29,7 +29,7 @@ impl Services {
         threads.push(spawn("store-allocate", |core| {
             core.commit_log.allocator().run()
         })?);
-        core.commit_log.prepare_next_segment();
+        core.commit_log.prepare_segments()?;
         let dispatcher = spawn("store-dispatch", dispatch::run)?;
         let _ = core.dispatcher.set(dispatcher.thread().clone());
         threads.push(dispatcher);

@@ -143,7 +143,7 @@ impl MessageStore {
             .ctx(|| format!("create {}", abort.display()))?;
         sync_dir(&root)?;
 
-        let allocation = if config.zero_new_segments {
+        let allocation = if config.zero_new_segments && config.flush_mode == FlushMode::Sync {
             Allocation::Zeroed
         } else {
             Allocation::Reserve
