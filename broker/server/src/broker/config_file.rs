@@ -27,6 +27,7 @@ pub enum ConfigFileError {
 /// Where a config document lives.
 #[derive(Debug, Clone)]
 pub struct ConfigFile {
+    /// The document's path.
     path: PathBuf,
 }
 

@@ -6,10 +6,13 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::RwLock;
 
+use conveyor_protocol::code::response_code as resp;
+use conveyor_protocol::command::RemotingCommand;
 use conveyor_protocol::route::DataVersion;
 use serde::{Deserialize, Serialize};
 
 use super::config_file::{ConfigFile, ConfigFileError};
+use super::reply::error_response;
 
 /// One group's settings (RocketMQ's `SubscriptionGroupConfig`, the fields clients and
 /// `mqadmin` use).
@@ -59,8 +62,11 @@ struct Persisted {
 
 /// The group table.
 pub struct SubscriptionGroupManager {
+    /// `config/subscriptionGroup.json`.
     file: ConfigFile,
+    /// The groups and the table's version, as persisted.
     state: RwLock<Persisted>,
+    /// `autoCreateSubscriptionGroup`: unknown groups are created on first use.
     auto_create: bool,
 }
 
@@ -93,6 +99,25 @@ impl SubscriptionGroupManager {
         };
         self.upsert(config.clone())?;
         Ok(Some(config))
+    }
+
+    /// The group's config (created on first use when allowed), or the error response a
+    /// request naming it gets: SUBSCRIPTION_GROUP_NOT_EXIST, or SYSTEM_ERROR when creating it
+    /// could not be persisted.
+    pub fn require(
+        &self,
+        req: &RemotingCommand,
+        group: &str,
+    ) -> Result<SubscriptionGroupConfig, RemotingCommand> {
+        self.find_or_create(group)
+            .map_err(|e| error_response(req, resp::SYSTEM_ERROR, e.to_string()))?
+            .ok_or_else(|| {
+                error_response(
+                    req,
+                    resp::SUBSCRIPTION_GROUP_NOT_EXIST,
+                    format!("subscription group [{group}] does not exist"),
+                )
+            })
     }
 
     /// The group's config, if it exists.
