@@ -5,9 +5,15 @@
 //!
 //! - [`SendMessageHeader`]: SEND_MESSAGE / SEND_MESSAGE_V2 / SEND_BATCH_MESSAGE.
 //! - [`PullMessageHeader`]: PULL_MESSAGE / LITE_PULL_MESSAGE.
+//! - [`offset`]: consumer offsets and queue positions.
+//! - [`consumer`]: send-back, group members, unregistering.
+//! - [`message`]: one message by offset or key, END_TRANSACTION.
 //! - [`admin`]: the admin requests `mqadmin` sends to a broker.
 
 pub mod admin;
+pub mod consumer;
+pub mod message;
+pub mod offset;
 
 use crate::code::request_code;
 use crate::command::{ExtFields, HeaderError, RemotingCommand};

@@ -8,6 +8,9 @@ use std::time::Instant;
 
 use conveyor_protocol::code::{request_code as rc, response_code as resp};
 use conveyor_protocol::command::RemotingCommand;
+use conveyor_protocol::header::consumer::{
+    GetConsumerListByGroupRequestHeader, UnregisterClientRequestHeader,
+};
 use conveyor_protocol::json;
 use conveyor_protocol::route::{
     CheckClientRequestBody, ConsumerListBody, HeartbeatData, LockBatchRequestBody,
@@ -110,10 +113,11 @@ impl ClientManageProcessor {
 
     /// UNREGISTER_CLIENT: a client instance shuts down.
     pub fn unregister_client(&self, conn: &Connection, req: &RemotingCommand) -> Reply {
-        if let Some(g) = req.get_str_opt("producerGroup").filter(|g| !g.is_empty()) {
+        let h = UnregisterClientRequestHeader::parse(req).map_err(bad_header(req))?;
+        if let Some(g) = &h.producer_group {
             self.clients.unregister_producer(g, conn.id());
         }
-        if let Some(g) = req.get_str_opt("consumerGroup").filter(|g| !g.is_empty()) {
+        if let Some(g) = &h.consumer_group {
             self.clients.unregister_consumer(g, conn.id());
         }
         Ok(ok(req))
@@ -121,7 +125,8 @@ impl ClientManageProcessor {
 
     /// GET_CONSUMER_LIST_BY_GROUP.
     pub fn consumer_list(&self, req: &RemotingCommand) -> Reply {
-        let group = req.get_str("consumerGroup").map_err(bad_header(req))?;
+        let h = GetConsumerListByGroupRequestHeader::parse(req).map_err(bad_header(req))?;
+        let group = h.consumer_group.as_str();
         let ids = self.clients.consumer_ids(group);
         if ids.is_empty() {
             return Err(error_response(

@@ -7,6 +7,10 @@ use std::sync::Arc;
 
 use conveyor_protocol::code::response_code as resp;
 use conveyor_protocol::command::RemotingCommand;
+use conveyor_protocol::header::offset::{
+    BoundaryType, QueryConsumerOffsetRequestHeader, QueueRequestHeader, SearchOffsetRequestHeader,
+    UpdateConsumerOffsetRequestHeader,
+};
 use conveyor_store::MessageStore;
 
 use super::offsets::ConsumerOffsetManager;
@@ -37,35 +41,28 @@ impl OffsetProcessor {
         }
     }
 
-    fn topic_queue<'r>(&self, req: &'r RemotingCommand) -> Result<(&'r str, i32), RemotingCommand> {
-        let bad = bad_header(req);
-        Ok((
-            req.get_str("topic").map_err(&bad)?,
-            req.get_i32("queueId").map_err(&bad)?,
-        ))
+    fn queue(req: &RemotingCommand) -> Result<QueueRequestHeader, RemotingCommand> {
+        QueueRequestHeader::parse(req).map_err(bad_header(req))
     }
 
     /// GET_MAX_OFFSET: the next offset to be written.
     pub fn max_offset(&self, req: &RemotingCommand) -> Reply {
-        let (topic, q) = self.topic_queue(req)?;
-        Ok(ok(req).with_ext("offset", self.store.max_offset(topic, q)))
+        let h = Self::queue(req)?;
+        Ok(ok(req).with_ext("offset", self.store.max_offset(&h.topic, h.queue_id)))
     }
 
     /// GET_MIN_OFFSET.
     pub fn min_offset(&self, req: &RemotingCommand) -> Reply {
-        let (topic, q) = self.topic_queue(req)?;
-        Ok(ok(req).with_ext("offset", self.store.min_offset(topic, q)))
+        let h = Self::queue(req)?;
+        Ok(ok(req).with_ext("offset", self.store.min_offset(&h.topic, h.queue_id)))
     }
 
     /// SEARCH_OFFSET_BY_TIMESTAMP (lower boundary: first message stored at or after it).
     pub fn search_offset(&self, req: &RemotingCommand) -> Reply {
-        let (topic, q) = self.topic_queue(req)?;
-        let ts = req.get_i64("timestamp").map_err(bad_header(req))?;
+        let h = SearchOffsetRequestHeader::parse(req).map_err(bad_header(req))?;
+        let (topic, q, ts) = (h.topic.as_str(), h.queue_id, h.timestamp);
         let mut offset = self.store.offset_by_time(topic, q, ts);
-        if req
-            .get_str_opt("boundaryType")
-            .is_some_and(|b| b.eq_ignore_ascii_case("upper"))
-        {
+        if h.boundary_type == BoundaryType::Upper {
             // Upper boundary: the last message stored at or before `ts`.
             let max = self.store.max_offset(topic, q);
             let mut o = offset;
@@ -84,26 +81,23 @@ impl OffsetProcessor {
 
     /// GET_EARLIEST_MSG_STORETIME.
     pub fn earliest_msg_store_time(&self, req: &RemotingCommand) -> Reply {
-        let (topic, q) = self.topic_queue(req)?;
+        let h = Self::queue(req)?;
         Ok(ok(req).with_ext(
             "timestamp",
-            self.store.earliest_store_time(topic, q).unwrap_or(0),
+            self.store
+                .earliest_store_time(&h.topic, h.queue_id)
+                .unwrap_or(0),
         ))
     }
 
     /// QUERY_CONSUMER_OFFSET, with RocketMQ's answer for groups that never committed (§6.4).
     pub fn query_consumer_offset(&self, req: &RemotingCommand) -> Reply {
-        let bad = bad_header(req);
-        let group = req.get_str("consumerGroup").map_err(&bad)?;
-        let topic = req.get_str("topic").map_err(&bad)?;
-        let queue_id = req.get_i32("queueId").map_err(&bad)?;
+        let h = QueryConsumerOffsetRequestHeader::parse(req).map_err(bad_header(req))?;
+        let (group, topic, queue_id) = (h.consumer_group.as_str(), h.topic.as_str(), h.queue_id);
         if let Some(offset) = self.offsets.query(group, topic, queue_id) {
             return Ok(ok(req).with_ext("offset", offset));
         }
-        let zero_if_not_found = req
-            .get_bool_opt("setZeroIfNotFound")
-            .map_err(&bad)?
-            .unwrap_or(true);
+        let zero_if_not_found = h.set_zero_if_not_found;
         let young_queue = self.store.min_offset(topic, queue_id) == 0
             && self.store.max_offset(topic, queue_id) > 0;
         if zero_if_not_found && young_queue {
@@ -118,11 +112,9 @@ impl OffsetProcessor {
 
     /// UPDATE_CONSUMER_OFFSET.
     pub fn update_consumer_offset(&self, req: &RemotingCommand) -> Reply {
-        let bad = bad_header(req);
-        let group = req.get_str("consumerGroup").map_err(&bad)?;
-        let topic = req.get_str("topic").map_err(&bad)?;
-        let queue_id = req.get_i32("queueId").map_err(&bad)?;
-        let offset = req.get_i64("commitOffset").map_err(&bad)?;
+        let h = UpdateConsumerOffsetRequestHeader::parse(req).map_err(bad_header(req))?;
+        let (group, topic, queue_id) = (h.consumer_group.as_str(), h.topic.as_str(), h.queue_id);
+        let offset = h.commit_offset;
         if self.topics.get(topic).is_none() {
             return Err(error_response(
                 req,

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use bytes::BytesMut;
 use conveyor_protocol::code::response_code as resp;
 use conveyor_protocol::command::RemotingCommand;
+use conveyor_protocol::header::message::{QueryMessageRequestHeader, ViewMessageRequestHeader};
 use conveyor_protocol::time::now_ms;
 use conveyor_store::MessageStore;
 
@@ -31,7 +32,9 @@ impl QueryMessageProcessor {
 
     /// VIEW_MESSAGE_BY_ID: the record at a commit-log offset.
     pub fn view_message(&self, req: &RemotingCommand) -> Reply {
-        let offset = req.get_i64("offset").map_err(bad_header(req))?;
+        let offset = ViewMessageRequestHeader::parse(req)
+            .map_err(bad_header(req))?
+            .offset;
         let record = u64::try_from(offset)
             .ok()
             .and_then(|o| self.store.message_at(o))
@@ -47,26 +50,10 @@ impl QueryMessageProcessor {
 
     /// QUERY_MESSAGE: messages whose KEYS or UNIQ_KEY match.
     pub fn query_message(&self, req: &RemotingCommand) -> Reply {
-        let bad = bad_header(req);
-        let topic = req.get_str("topic").map_err(&bad)?;
-        let key = req.get_str("key").map_err(&bad)?;
-        let max_num = req
-            .get_i32_opt("maxNum")
-            .map_err(&bad)?
-            .unwrap_or(32)
-            .max(1) as usize;
-        let begin = req
-            .get_i64_opt("beginTimestamp")
-            .map_err(&bad)?
-            .unwrap_or(0);
-        let end = req
-            .get_i64_opt("endTimestamp")
-            .map_err(&bad)?
-            .unwrap_or(i64::MAX);
-        let unique = req
-            .get_bool_opt("_UNIQUE_KEY_QUERY")
-            .map_err(&bad)?
-            .unwrap_or(false);
+        let h = QueryMessageRequestHeader::parse(req).map_err(bad_header(req))?;
+        let (topic, key) = (h.topic.as_str(), h.key.as_str());
+        let max_num = h.max_num.max(1) as usize;
+        let (begin, end, unique) = (h.begin_timestamp, h.end_timestamp, h.unique_key_query);
         let max = if unique {
             UNIQUE_KEY_QUERY_MAX
         } else {

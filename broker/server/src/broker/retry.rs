@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use conveyor_protocol::code::{response_code as resp, version};
 use conveyor_protocol::command::RemotingCommand;
+use conveyor_protocol::header::consumer::ConsumerSendMsgBackRequestHeader;
 use conveyor_protocol::message::{keys, offset_msg_id, RecordView};
 use conveyor_protocol::time::now_ms;
 use conveyor_store::MessageStore;
@@ -58,12 +59,10 @@ impl SendMsgBackProcessor {
 
     /// Handles CONSUMER_SEND_MSG_BACK.
     pub async fn handle(&self, req: &RemotingCommand) -> Reply {
-        let bad = bad_header(req);
-        let offset = req.get_i64("offset").map_err(&bad)?;
-        let group = req.get_str("group").map_err(&bad)?;
-        let delay_level = req.get_i32_opt("delayLevel").map_err(&bad)?.unwrap_or(0);
-        let origin_msg_id = req.get_str_opt("originMsgId").filter(|s| !s.is_empty());
-        let header_max = req.get_i32_opt("maxReconsumeTimes").map_err(&bad)?;
+        let h = ConsumerSendMsgBackRequestHeader::parse(req).map_err(bad_header(req))?;
+        let (offset, group, delay_level) = (h.offset, h.group.as_str(), h.delay_level);
+        let origin_msg_id = h.origin_msg_id.as_deref();
+        let header_max = h.max_reconsume_times;
 
         let group_cfg = self.groups.require(req, group)?;
         if group_cfg.retry_queue_nums <= 0 {

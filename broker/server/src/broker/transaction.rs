@@ -17,6 +17,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use conveyor_protocol::code::{request_code as rc, response_code as resp};
 use conveyor_protocol::command::RemotingCommand;
+use conveyor_protocol::header::message::EndTransactionRequestHeader;
 use conveyor_protocol::message::{
     encode_record, keys, offset_msg_id, seal_record, Properties, RecordView, StoredMessage,
 };
@@ -188,12 +189,10 @@ impl TransactionalMessageService {
 impl TransactionalMessageService {
     /// END_TRANSACTION: commit or roll back a half message.
     pub async fn end_transaction(&self, req: &RemotingCommand) -> Reply {
-        let bad = bad_header(req);
-        let group = req.get_str("producerGroup").map_err(&bad)?;
-        let queue_offset = req.get_i64("tranStateTableOffset").map_err(&bad)?;
-        let phys = req.get_i64("commitLogOffset").map_err(&bad)?;
-        let decision = req.get_i32("commitOrRollback").map_err(&bad)?;
-        let commit = match decision {
+        let h = EndTransactionRequestHeader::parse(req).map_err(bad_header(req))?;
+        let group = h.producer_group.as_str();
+        let (queue_offset, phys) = (h.tran_state_table_offset, h.commit_log_offset);
+        let commit = match h.commit_or_rollback {
             sysflag::TRANSACTION_COMMIT_TYPE => true,
             sysflag::TRANSACTION_ROLLBACK_TYPE => false,
             // UNKNOW: the producer will be asked again later.
