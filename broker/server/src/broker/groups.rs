@@ -19,17 +19,29 @@ use super::reply::error_response;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
 pub struct SubscriptionGroupConfig {
+    /// The group.
     pub group_name: String,
+    /// False stops the group from pulling (NO_PERMISSION).
     pub consume_enable: bool,
+    /// New members may start from the queue's minimum offset.
     pub consume_from_min_enable: bool,
+    /// Broadcasting consumption is allowed.
     pub consume_broadcast_enable: bool,
+    /// The group consumes orderly (queue locks).
     pub consume_message_orderly: bool,
+    /// Queues of `%RETRY%group`; 0 disables retries.
     pub retry_queue_nums: i32,
+    /// Reconsumes before a message goes to `%DLQ%group`.
     pub retry_max_times: i32,
+    /// Broker the group pulls from normally.
     pub broker_id: i64,
+    /// Broker the group pulls from when consumption is slow.
     pub which_broker_when_consume_slowly: i64,
+    /// Members are told (NOTIFY_CONSUMER_IDS_CHANGED) when membership changes.
     pub notify_consumer_ids_changed_enable: bool,
+    /// Group SYSFLAG bits.
     pub group_sys_flag: i32,
+    /// Minutes before a push consumer's message counts as timed out.
     pub consume_timeout_minute: i32,
 }
 

@@ -1,7 +1,7 @@
-//! PULL_MESSAGE (11) and LITE_PULL_MESSAGE (361): check the group, topic and subscription,
-//! store a piggy-backed offset commit, read from the store with tag filtering and, when
-//! nothing is there yet, hold the request until a message arrives or the client's suspend
-//! timeout passes (docs/protocol.md §6.5).
+//! PullMessageProcessor: PULL_MESSAGE (11) and LITE_PULL_MESSAGE (361). Check the group, topic
+//! and subscription, store a piggy-backed offset commit, read from the store with tag filtering
+//! and, when nothing is there yet, hold the request until a message arrives or the client's
+//! suspend timeout passes (docs/protocol.md §6.5).
 
 use std::collections::HashSet;
 use std::sync::Arc;

@@ -1,7 +1,8 @@
-//! CONSUMER_SEND_MSG_BACK (36): a consumer failed to process a message. The broker re-reads
-//! the original by its commit-log offset and stores a copy in `%RETRY%<group>` with a growing
-//! delay level (3 + reconsume times) so it comes back later, or, past the group's max
-//! reconsume times, parks it in `%DLQ%<group>` (docs/protocol.md §6.7).
+//! SendMsgBackProcessor: CONSUMER_SEND_MSG_BACK (36). A consumer failed to process a message.
+//! The broker re-reads the original by its commit-log offset and stores a copy in
+//! `%RETRY%<group>` with a growing delay level (3 + reconsume times) so it comes back later,
+//! or, past the group's max reconsume times, parks it in `%DLQ%<group>` (docs/protocol.md
+//! §6.7).
 
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -1,6 +1,6 @@
-//! ScheduleMessageService: delay levels (docs/protocol.md §7). A message with `DELAY=n` is stored
-//! in `SCHEDULE_TOPIC_XXXX` queue n−1 with its real destination in REAL_TOPIC/REAL_QID; one
-//! task per level reads that queue in order (a level's messages fall due in store order),
+//! ScheduleMessageService: delay levels (docs/protocol.md §7). A message with `DELAY=n` is
+//! stored in `SCHEDULE_TOPIC_XXXX` queue n−1 with its real destination in REAL_TOPIC/REAL_QID;
+//! one task per level reads that queue in order (a level's messages fall due in store order),
 //! sleeps until the head is due, and re-appends it to its real topic and queue. Progress per
 //! level is persisted in `config/delayOffset.json`, so a restart neither loses nor re-delivers
 //! early; a message delivered just before a crash may be delivered again (at-least-once).

@@ -1,7 +1,9 @@
-//! SEND_MESSAGE (10), SEND_MESSAGE_V2 (310) and SEND_BATCH_MESSAGE (320): validate, resolve
-//! or auto-create the topic, route retries past their limit to the dead-letter queue, stamp
-//! the broker's properties, append, and under SYNC flush answer only once the records are
-//! durable (docs/protocol.md §5.1).
+//! SendMessageProcessor: SEND_MESSAGE (10), SEND_MESSAGE_V2 (310) and SEND_BATCH_MESSAGE (320).
+//! Validate, resolve or auto-create the topic, route retries past their limit to the dead-
+//! letter queue, stamp the broker's properties, park what must wait (one decision, in
+//! `parking`), append, and under SYNC flush answer only once the records are durable
+//! (docs/protocol.md §5.1). Parked messages are delivered later by the schedule, timer and
+//! transaction services, which never come back here.
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, OnceLock};

@@ -1,12 +1,12 @@
-//! TimerMessageService: 5.x timer messages (TIMER_DELIVER_MS / TIMER_DELAY_SEC / TIMER_DELAY_MS),
-//! delivered at an arbitrary time up to a maximum delay.
+//! TimerMessageService: 5.x timer messages (TIMER_DELIVER_MS / TIMER_DELAY_SEC /
+//! TIMER_DELAY_MS), delivered at an arbitrary time up to a maximum delay.
 //!
-//! Design (an equivalent of RocketMQ's timer wheel + timer log): the parked messages
-//! themselves are the log — they live in the `rmq_sys_wheel_timer` topic of the store, with
-//! their due time in TIMER_OUT_MS. An in-memory min-heap orders the pending ones by due time;
-//! it is rebuilt on start by re-reading the topic from a persisted checkpoint (every offset
-//! below it is delivered) plus the set of offsets delivered above it. So a restart neither
-//! loses timers nor delivers them early; one delivered just before a crash may come again.
+//! Design (an equivalent of RocketMQ's timer wheel + timer log): the parked messages themselves
+//! are the log — they live in the `rmq_sys_wheel_timer` topic of the store, with their due time
+//! in TIMER_OUT_MS. An in-memory min-heap orders the pending ones by due time; it is rebuilt on
+//! start by re-reading the topic from a persisted checkpoint (every offset below it is
+//! delivered) plus the set of offsets delivered above it. So a restart neither loses timers nor
+//! delivers them early; one delivered just before a crash may come again.
 
 use std::cmp::Reverse;
 use std::collections::{BTreeSet, BinaryHeap};
@@ -113,9 +113,7 @@ impl TimerMessageService {
     fn write(&self, p: &Persisted) -> Result<(), ConfigFileError> {
         self.file.store(p)
     }
-}
 
-impl TimerMessageService {
     /// Runs the timer delivery loop until `shutdown`.
     pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
         let notifier = self.hold.notifier(TIMER_TOPIC, 0);

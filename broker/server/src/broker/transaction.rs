@@ -1,12 +1,14 @@
-//! Transactional messages (docs/protocol.md §8): half messages wait, invisible, in
-//! `RMQ_SYS_TRANS_HALF_TOPIC`; END_TRANSACTION commits (the message is written to its real
-//! topic) or rolls back; each decision is recorded in `RMQ_SYS_TRANS_OP_HALF_TOPIC`. Undecided
-//! half messages older than the transaction timeout are checked back with
-//! CHECK_TRANSACTION_STATE on a live connection of their producer group, every check
-//! interval, until the max check count sends them to `TRANS_CHECK_MAX_TIME_TOPIC`.
+//! TransactionalMessageService: transactional messages (docs/protocol.md §8). Half messages
+//! wait, invisible, in `RMQ_SYS_TRANS_HALF_TOPIC`; END_TRANSACTION commits (the message is
+//! written to its real topic) or rolls back; each decision is recorded in
+//! `RMQ_SYS_TRANS_OP_HALF_TOPIC`. Undecided half messages older than the transaction timeout
+//! are checked back with CHECK_TRANSACTION_STATE on a live connection of their producer group,
+//! every check interval, until the max check count sends them to `TRANS_CHECK_MAX_TIME_TOPIC`.
 //!
 //! Both topics live in the store, so after a restart the decided set is rebuilt from the op
-//! topic and the undecided ones from the half topic (from a persisted checkpoint on).
+//! topic and the undecided ones from the half topic (from a persisted checkpoint on). The send
+//! path parks half messages (see `parking`); this service only decides them, and a commit is
+//! parked again by the same rules when it carries a timer or a delay level.
 
 use std::collections::{BTreeMap, HashSet};
 use std::net::SocketAddr;
@@ -184,9 +186,7 @@ impl TransactionalMessageService {
         s.half_checkpoint = s.half_checkpoint.min(half_queue_end);
         s.half_scanned = s.half_scanned.min(half_queue_end);
     }
-}
 
-impl TransactionalMessageService {
     /// END_TRANSACTION: commit or roll back a half message.
     pub async fn end_transaction(&self, req: &RemotingCommand) -> Reply {
         let h = EndTransactionRequestHeader::parse(req).map_err(bad_header(req))?;
