@@ -9,7 +9,8 @@
 //! Request processors (RocketMQ's names):
 //! - [`send`] — SEND_MESSAGE / V2 / BATCH: auto-create, DLQ redirection, parking.
 //! - [`retry`] — CONSUMER_SEND_MSG_BACK.
-//! - [`pull`] — PULL_MESSAGE / LITE_PULL_MESSAGE with long polling ([`hold`]).
+//! - [`pull`] — PULL_MESSAGE / LITE_PULL_MESSAGE with long polling ([`hold`]) and tag
+//!   filtering ([`filter`]).
 //! - [`offset_processor`] — consumer offsets and queue offsets (by time, min, max).
 //! - [`query`] — messages by offset id and by key.
 //! - [`client_processor`] — heartbeats, group membership, orderly locks.
@@ -29,6 +30,7 @@ pub mod clients;
 pub mod config;
 pub mod config_file;
 pub mod durability;
+pub mod filter;
 pub mod groups;
 pub mod hold;
 pub mod locks;

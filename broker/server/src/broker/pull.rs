@@ -3,7 +3,6 @@
 //! and, when nothing is there yet, hold the request until a message arrives or the client's
 //! suspend timeout passes (docs/protocol.md §6.5).
 
-use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -11,12 +10,12 @@ use bytes::BytesMut;
 use conveyor_protocol::code::response_code as resp;
 use conveyor_protocol::command::RemotingCommand;
 use conveyor_protocol::header::PullMessageHeader;
-use conveyor_protocol::message::{keys, tag_hash_code, RecordView};
 use conveyor_protocol::route::{perm, EXPRESSION_TYPE_SQL92};
-use conveyor_store::{CqEntry, GetResult, GetStatus, MessageFilter, MessageStore};
+use conveyor_store::{GetResult, GetStatus, MessageStore};
 use tokio_util::sync::CancellationToken;
 
 use super::clients::ClientManager;
+use super::filter::TagFilter;
 use super::groups::SubscriptionGroupManager;
 use super::hold::PullHold;
 use super::offsets::ConsumerOffsetManager;
@@ -38,56 +37,6 @@ const DEFAULT_PULL_BYTES: usize = 256 << 10;
 const MAX_PULL_BYTES: usize = 4 << 20;
 /// Longest hold a client may ask for.
 const MAX_SUSPEND: Duration = Duration::from_secs(60);
-
-/// A tag subscription: `*` (everything) or `TagA || TagB`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TagFilter {
-    /// `*` or empty: every message matches.
-    all: bool,
-    /// The tags subscribed to.
-    tags: HashSet<String>,
-    /// Their hash codes, which the consume queue stores.
-    codes: HashSet<i64>,
-}
-
-impl TagFilter {
-    /// Parses a subscription expression.
-    pub fn parse(expression: &str) -> Self {
-        let expression = expression.trim();
-        if expression.is_empty() || expression == "*" {
-            return Self {
-                all: true,
-                tags: HashSet::new(),
-                codes: HashSet::new(),
-            };
-        }
-        let tags: HashSet<String> = expression
-            .split("||")
-            .map(str::trim)
-            .filter(|t| !t.is_empty())
-            .map(str::to_string)
-            .collect();
-        let codes = tags.iter().map(|t| tag_hash_code(t)).collect();
-        Self {
-            all: tags.is_empty(),
-            tags,
-            codes,
-        }
-    }
-}
-
-impl MessageFilter for TagFilter {
-    fn matches_entry(&self, entry: &CqEntry) -> bool {
-        self.all || self.codes.contains(&entry.tag_code)
-    }
-    fn matches_record(&self, record: &RecordView<'_>) -> bool {
-        // The hash matched; check the tag itself so colliding tags are not delivered.
-        self.all
-            || record
-                .property(keys::TAGS)
-                .is_some_and(|t| self.tags.contains(t))
-    }
-}
 
 /// The PULL response code and next offset for a store result (the mapping table of §6.5).
 pub fn pull_code(r: &GetResult, requested: i64) -> (i32, i64) {
@@ -311,25 +260,6 @@ impl PullMessageProcessor {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn subscription_expressions() {
-        assert!(TagFilter::parse("*").all);
-        assert!(TagFilter::parse("").all);
-        let f = TagFilter::parse("TagA || TagB ||");
-        assert!(!f.all);
-        assert_eq!(f.tags.len(), 2);
-        assert!(f.matches_entry(&CqEntry {
-            physical_offset: 0,
-            size: 1,
-            tag_code: tag_hash_code("TagB")
-        }));
-        assert!(!f.matches_entry(&CqEntry {
-            physical_offset: 0,
-            size: 1,
-            tag_code: tag_hash_code("TagC")
-        }));
-    }
 
     fn result(status: GetStatus, next: i64) -> GetResult {
         GetResult {
