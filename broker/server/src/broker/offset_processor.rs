@@ -1,6 +1,6 @@
-//! OffsetProcessor: a group's committed offsets (QUERY_CONSUMER_OFFSET, UPDATE_CONSUMER_OFFSET, as
-//! RocketMQ's ConsumerManageProcessor answers them) and the queue offsets consumers and tools
-//! position themselves by (GET_MAX_OFFSET, GET_MIN_OFFSET, SEARCH_OFFSET_BY_TIMESTAMP,
+//! OffsetProcessor: a group's committed offsets (QUERY_CONSUMER_OFFSET, UPDATE_CONSUMER_OFFSET,
+//! as RocketMQ's ConsumerManageProcessor answers them) and the queue offsets consumers and
+//! tools position themselves by (GET_MAX_OFFSET, GET_MIN_OFFSET, SEARCH_OFFSET_BY_TIMESTAMP,
 //! GET_EARLIEST_MSG_STORETIME) (docs/protocol.md §6.4).
 
 use std::sync::Arc;
