@@ -19,6 +19,12 @@ pub mod request_code {
     pub const UPDATE_CONSUMER_OFFSET: i32 = 15;
     /// Admin: create or update a topic on a broker.
     pub const UPDATE_AND_CREATE_TOPIC: i32 = 17;
+    /// Admin → broker: every topic config of the broker.
+    pub const GET_ALL_TOPIC_CONFIG: i32 = 21;
+    /// Admin → broker: the broker's settings as `key=value` lines.
+    pub const GET_BROKER_CONFIG: i32 = 26;
+    /// Admin → broker: runtime statistics (`brokerStatus`).
+    pub const GET_BROKER_RUNTIME_INFO: i32 = 28;
     /// Find the queue offset of a timestamp.
     pub const SEARCH_OFFSET_BY_TIMESTAMP: i32 = 29;
     /// Next offset to be written in a queue.
@@ -63,8 +69,20 @@ pub mod request_code {
     pub const GET_ROUTEINFO_BY_TOPIC: i32 = 105;
     /// Client/admin → name server: clusters and brokers.
     pub const GET_BROKER_CLUSTER_INFO: i32 = 106;
+    /// Admin → broker: create or update a subscription group.
+    pub const UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: i32 = 200;
+    /// Admin → broker: every subscription group.
+    pub const GET_ALL_SUBSCRIPTIONGROUP_CONFIG: i32 = 201;
+    /// Admin → broker: min/max offsets of a topic's queues.
+    pub const GET_TOPIC_STATS_INFO: i32 = 202;
+    /// Admin → broker: live connections of a consumer group.
+    pub const GET_CONSUMER_CONNECTION_LIST: i32 = 203;
     /// Admin → name server: every topic.
     pub const GET_ALL_TOPIC_LIST_FROM_NAMESERVER: i32 = 206;
+    /// Admin → broker: delete a subscription group.
+    pub const DELETE_SUBSCRIPTIONGROUP: i32 = 207;
+    /// Admin → broker: a group's consume progress per queue.
+    pub const GET_CONSUME_STATS: i32 = 208;
     /// Admin → broker: delete a topic.
     pub const DELETE_TOPIC_IN_BROKER: i32 = 215;
     /// Admin → name server: delete a topic.
@@ -75,6 +93,8 @@ pub mod request_code {
     pub const GET_CONSUMER_STATUS_FROM_CLIENT: i32 = 221;
     /// Admin → name server: topics of a cluster.
     pub const GET_TOPICS_BY_CLUSTER: i32 = 224;
+    /// Admin → broker: groups consuming a topic.
+    pub const QUERY_TOPIC_CONSUME_BY_WHO: i32 = 300;
     /// Broker → client: consumer running info.
     pub const GET_CONSUMER_RUNNING_INFO: i32 = 307;
     /// Broker → client: consume one message directly.
@@ -91,6 +111,12 @@ pub mod request_code {
     pub const SEND_REPLY_MESSAGE_V2: i32 = 325;
     /// Broker → client: deliver a reply.
     pub const PUSH_REPLY_MESSAGE_TO_CLIENT: i32 = 326;
+    /// Admin → broker: topics a group consumes.
+    pub const QUERY_TOPICS_BY_CONSUMER: i32 = 343;
+    /// Admin → broker: one topic's config.
+    pub const GET_TOPIC_CONFIG: i32 = 351;
+    /// Admin → broker: one subscription group's config.
+    pub const GET_SUBSCRIPTIONGROUP_CONFIG: i32 = 352;
     /// Java lite-pull consumer (same headers as PULL_MESSAGE).
     pub const LITE_PULL_MESSAGE: i32 = 361;
     /// 5.x producer: recall a delayed message.
@@ -125,6 +151,9 @@ pub mod request_code {
             QUERY_CONSUMER_OFFSET => "QUERY_CONSUMER_OFFSET",
             UPDATE_CONSUMER_OFFSET => "UPDATE_CONSUMER_OFFSET",
             UPDATE_AND_CREATE_TOPIC => "UPDATE_AND_CREATE_TOPIC",
+            GET_ALL_TOPIC_CONFIG => "GET_ALL_TOPIC_CONFIG",
+            GET_BROKER_CONFIG => "GET_BROKER_CONFIG",
+            GET_BROKER_RUNTIME_INFO => "GET_BROKER_RUNTIME_INFO",
             SEARCH_OFFSET_BY_TIMESTAMP => "SEARCH_OFFSET_BY_TIMESTAMP",
             GET_MAX_OFFSET => "GET_MAX_OFFSET",
             GET_MIN_OFFSET => "GET_MIN_OFFSET",
@@ -147,12 +176,19 @@ pub mod request_code {
             UNREGISTER_BROKER => "UNREGISTER_BROKER",
             GET_ROUTEINFO_BY_TOPIC => "GET_ROUTEINFO_BY_TOPIC",
             GET_BROKER_CLUSTER_INFO => "GET_BROKER_CLUSTER_INFO",
+            UPDATE_AND_CREATE_SUBSCRIPTIONGROUP => "UPDATE_AND_CREATE_SUBSCRIPTIONGROUP",
+            GET_ALL_SUBSCRIPTIONGROUP_CONFIG => "GET_ALL_SUBSCRIPTIONGROUP_CONFIG",
+            GET_TOPIC_STATS_INFO => "GET_TOPIC_STATS_INFO",
+            GET_CONSUMER_CONNECTION_LIST => "GET_CONSUMER_CONNECTION_LIST",
             GET_ALL_TOPIC_LIST_FROM_NAMESERVER => "GET_ALL_TOPIC_LIST_FROM_NAMESERVER",
+            DELETE_SUBSCRIPTIONGROUP => "DELETE_SUBSCRIPTIONGROUP",
+            GET_CONSUME_STATS => "GET_CONSUME_STATS",
             DELETE_TOPIC_IN_BROKER => "DELETE_TOPIC_IN_BROKER",
             DELETE_TOPIC_IN_NAMESRV => "DELETE_TOPIC_IN_NAMESRV",
             RESET_CONSUMER_CLIENT_OFFSET => "RESET_CONSUMER_CLIENT_OFFSET",
             GET_CONSUMER_STATUS_FROM_CLIENT => "GET_CONSUMER_STATUS_FROM_CLIENT",
             GET_TOPICS_BY_CLUSTER => "GET_TOPICS_BY_CLUSTER",
+            QUERY_TOPIC_CONSUME_BY_WHO => "QUERY_TOPIC_CONSUME_BY_WHO",
             GET_CONSUMER_RUNNING_INFO => "GET_CONSUMER_RUNNING_INFO",
             CONSUME_MESSAGE_DIRECTLY => "CONSUME_MESSAGE_DIRECTLY",
             SEND_MESSAGE_V2 => "SEND_MESSAGE_V2",
@@ -161,6 +197,9 @@ pub mod request_code {
             SEND_REPLY_MESSAGE => "SEND_REPLY_MESSAGE",
             SEND_REPLY_MESSAGE_V2 => "SEND_REPLY_MESSAGE_V2",
             PUSH_REPLY_MESSAGE_TO_CLIENT => "PUSH_REPLY_MESSAGE_TO_CLIENT",
+            QUERY_TOPICS_BY_CONSUMER => "QUERY_TOPICS_BY_CONSUMER",
+            GET_TOPIC_CONFIG => "GET_TOPIC_CONFIG",
+            GET_SUBSCRIPTIONGROUP_CONFIG => "GET_SUBSCRIPTIONGROUP_CONFIG",
             LITE_PULL_MESSAGE => "LITE_PULL_MESSAGE",
             RECALL_MESSAGE => "RECALL_MESSAGE",
             QUERY_ASSIGNMENT => "QUERY_ASSIGNMENT",
@@ -498,6 +537,10 @@ mod tests {
     fn code_names() {
         assert_eq!(request_code::name(310), Some("SEND_MESSAGE_V2"));
         assert_eq!(request_code::name(200_151), Some("BATCH_ACK_MESSAGE"));
+        assert_eq!(
+            request_code::name(352),
+            Some("GET_SUBSCRIPTIONGROUP_CONFIG")
+        );
         assert_eq!(request_code::name(9999), None);
         assert_eq!(response_code::name(1500), Some("GO_AWAY"));
         assert_eq!(response_code::name(202), Some("TRANSACTION_STATE_UNKNOW"));

@@ -1,5 +1,19 @@
 //! Typed request headers shared by the client (which writes them) and the broker (which reads
-//! them), so the two sides cannot drift apart.
+//! them), so the two sides cannot drift apart. Each header is parsed once, up front; a
+//! missing or malformed field is a [`HeaderError`] naming it, which the broker answers with
+//! INVALID_PARAMETER.
+//!
+//! - [`SendMessageHeader`]: SEND_MESSAGE / SEND_MESSAGE_V2 / SEND_BATCH_MESSAGE.
+//! - [`PullMessageHeader`]: PULL_MESSAGE / LITE_PULL_MESSAGE.
+//! - [`offset`]: consumer offsets and queue positions.
+//! - [`consumer`]: send-back, group members, unregistering.
+//! - [`message`]: one message by offset or key, END_TRANSACTION.
+//! - [`admin`]: the admin requests `mqadmin` sends to a broker.
+
+pub mod admin;
+pub mod consumer;
+pub mod message;
+pub mod offset;
 
 use crate::code::request_code;
 use crate::command::{ExtFields, HeaderError, RemotingCommand};
@@ -102,6 +116,84 @@ impl SendMessageHeader {
     }
 }
 
+/// The PULL_MESSAGE (11) / LITE_PULL_MESSAGE (361) request header (docs/protocol.md §6.5),
+/// RocketMQ's `PullMessageRequestHeader`. Java marks most fields required; the broker has
+/// always accepted their absence with RocketMQ's defaults, so only the queue coordinates are.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PullMessageHeader {
+    /// `consumerGroup`.
+    pub consumer_group: String,
+    /// `topic`.
+    pub topic: String,
+    /// `queueId`.
+    pub queue_id: i32,
+    /// `queueOffset`: first offset wanted.
+    pub queue_offset: i64,
+    /// `maxMsgNums` (absent: 32).
+    pub max_msg_nums: i32,
+    /// `sysFlag`: PullSysFlag bits (absent: 0).
+    pub sys_flag: i32,
+    /// `commitOffset`: offset to commit while pulling (absent: -1, none).
+    pub commit_offset: i64,
+    /// `suspendTimeoutMillis`: how long the broker may hold the pull (absent: 0).
+    pub suspend_timeout_millis: i64,
+    /// `subscription`: the expression, when the SUBSCRIPTION flag is set.
+    pub subscription: Option<String>,
+    /// `subVersion`: the subscription's version (absent: 0).
+    pub sub_version: i64,
+    /// `expressionType`: `TAG` or `SQL92`.
+    pub expression_type: Option<String>,
+    /// `maxMsgBytes` (5.x): most bytes to return.
+    pub max_msg_bytes: Option<i32>,
+}
+
+impl PullMessageHeader {
+    /// Reads the header of a PULL request.
+    pub fn parse(req: &RemotingCommand) -> Result<Self, HeaderError> {
+        Ok(Self {
+            consumer_group: req.get_str("consumerGroup")?.to_string(),
+            topic: req.get_str("topic")?.to_string(),
+            queue_id: req.get_i32("queueId")?,
+            queue_offset: req.get_i64("queueOffset")?,
+            max_msg_nums: req.get_i32_opt("maxMsgNums")?.unwrap_or(32),
+            sys_flag: req.get_i32_opt("sysFlag")?.unwrap_or(0),
+            commit_offset: req.get_i64_opt("commitOffset")?.unwrap_or(-1),
+            suspend_timeout_millis: req.get_i64_opt("suspendTimeoutMillis")?.unwrap_or(0),
+            sub_version: req.get_i64_opt("subVersion")?.unwrap_or(0),
+            max_msg_bytes: req.get_i32_opt("maxMsgBytes")?,
+            subscription: req.get_str_opt("subscription").map(str::to_string),
+            expression_type: req.get_str_opt("expressionType").map(str::to_string),
+        })
+    }
+
+    /// The `extFields` (long keys; optional ones only when set).
+    pub fn to_ext_fields(&self) -> ExtFields {
+        let mut f = ExtFields::new();
+        f.insert("consumerGroup".into(), self.consumer_group.clone());
+        f.insert("topic".into(), self.topic.clone());
+        f.insert("queueId".into(), self.queue_id.to_string());
+        f.insert("queueOffset".into(), self.queue_offset.to_string());
+        f.insert("maxMsgNums".into(), self.max_msg_nums.to_string());
+        f.insert("sysFlag".into(), self.sys_flag.to_string());
+        f.insert("commitOffset".into(), self.commit_offset.to_string());
+        f.insert(
+            "suspendTimeoutMillis".into(),
+            self.suspend_timeout_millis.to_string(),
+        );
+        f.insert("subVersion".into(), self.sub_version.to_string());
+        if let Some(s) = &self.subscription {
+            f.insert("subscription".into(), s.clone());
+        }
+        if let Some(t) = &self.expression_type {
+            f.insert("expressionType".into(), t.clone());
+        }
+        if let Some(b) = self.max_msg_bytes {
+            f.insert("maxMsgBytes".into(), b.to_string());
+        }
+        f
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -139,5 +231,28 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("<a>"));
+    }
+
+    #[test]
+    fn pull_header_defaults_and_field_named_errors() {
+        let req = RemotingCommand::request(request_code::PULL_MESSAGE, ExtFields::new())
+            .with_ext("consumerGroup", "G")
+            .with_ext("topic", "T")
+            .with_ext("queueId", 1)
+            .with_ext("queueOffset", 7);
+        let h = PullMessageHeader::parse(&req).unwrap();
+        assert_eq!((h.max_msg_nums, h.sys_flag, h.commit_offset), (32, 0, -1));
+        assert_eq!((h.suspend_timeout_millis, h.sub_version), (0, 0));
+        assert_eq!((h.subscription.as_deref(), h.max_msg_bytes), (None, None));
+        let round = RemotingCommand::request(request_code::PULL_MESSAGE, h.to_ext_fields());
+        assert_eq!(PullMessageHeader::parse(&round).unwrap(), h);
+
+        let mut missing = req.clone();
+        missing.ext_fields.remove("queueOffset");
+        let e = PullMessageHeader::parse(&missing).unwrap_err().to_string();
+        assert!(e.contains("<queueOffset>"), "{e}");
+        let bad = req.with_ext("maxMsgNums", "many");
+        let e = PullMessageHeader::parse(&bad).unwrap_err().to_string();
+        assert!(e.contains("<maxMsgNums>"), "{e}");
     }
 }

@@ -21,14 +21,18 @@ pub const MAX_FRAME: usize = 16 << 20;
 /// Which servers this process runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Role {
+    /// A name server only.
     NameServer,
+    /// A broker only (registering with external name servers).
     Broker,
+    /// A name server and a broker in one process (`conveyor standalone`).
     Standalone,
 }
 
 /// Everything needed to start.
 #[derive(Debug, Clone)]
 pub struct AppConfig {
+    /// Which servers to run.
     pub role: Role,
     /// Name server listen address (NameServer, Standalone).
     pub namesrv_listen: SocketAddr,
@@ -46,25 +50,36 @@ pub struct AppConfig {
 /// Why the process could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
+    /// A listen address could not be bound.
     #[error("cannot listen on {addr}: {source}")]
     Bind {
+        /// The address.
         addr: SocketAddr,
+        /// Why.
         #[source]
         source: std::io::Error,
     },
+    /// The broker could not open.
     #[error(transparent)]
     Broker(#[from] BrokerError),
+    /// Opening the broker panicked (on the blocking pool).
     #[error("opening the broker panicked")]
     Panicked,
 }
 
 /// A running process.
 pub struct Running {
+    /// Where the name server listens, when this process runs one.
     pub namesrv_addr: Option<SocketAddr>,
+    /// Where the broker listens, when this process runs one.
     pub broker_addr: Option<SocketAddr>,
+    /// Where the HTTP probes listen, when enabled.
     pub http_addr: Option<SocketAddr>,
+    /// The broker, when this process runs one (tests look inside through its small API).
     pub broker: Option<Arc<Broker>>,
+    /// Cancelled to stop every task.
     shutdown: CancellationToken,
+    /// The servers and background loops.
     tasks: JoinSet<()>,
 }
 

@@ -2,7 +2,6 @@
 //! `/readyz` (store open and registered with a name server) and `/metrics`.
 
 use std::convert::Infallible;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use http_body_util::Full;
@@ -42,26 +41,26 @@ impl HealthState {
                 let _ = registry.register(Box::new(c));
             }
         };
-        let s = &b.stats;
+        let s = b.stats().snapshot();
         counter(
             "conveyor_messages_in_total",
             "Messages stored.",
-            s.messages_in.load(Ordering::Relaxed),
+            s.messages_in,
         );
         counter(
             "conveyor_bytes_in_total",
             "Bytes of records stored.",
-            s.bytes_in.load(Ordering::Relaxed),
+            s.bytes_in,
         );
         counter(
             "conveyor_messages_out_total",
             "Messages delivered to consumers.",
-            s.messages_out.load(Ordering::Relaxed),
+            s.messages_out,
         );
         counter(
             "conveyor_bytes_out_total",
             "Bytes of records delivered.",
-            s.bytes_out.load(Ordering::Relaxed),
+            s.bytes_out,
         );
         let gauge = |name: &str, help: &str, v: i64| {
             if let Ok(g) = IntGauge::new(name, help) {
@@ -69,7 +68,7 @@ impl HealthState {
                 let _ = registry.register(Box::new(g));
             }
         };
-        let max = b.store.commit_log_max_offset() as i64;
+        let max = b.store().commit_log_max_offset() as i64;
         gauge(
             "conveyor_commitlog_max_offset",
             "End of the commit log.",
@@ -78,12 +77,12 @@ impl HealthState {
         gauge(
             "conveyor_commitlog_min_offset",
             "Start of the commit log.",
-            b.store.commit_log_min_offset() as i64,
+            b.store().commit_log_min_offset() as i64,
         );
         gauge(
             "conveyor_commitlog_unflushed_bytes",
             "Bytes written but not yet durable.",
-            max - b.store.commit_log_flushed_offset() as i64,
+            max - b.store().commit_log_flushed_offset() as i64,
         );
         gauge(
             "conveyor_registered",
@@ -94,7 +93,7 @@ impl HealthState {
             "conveyor_disk_used_ratio",
             "Used fraction of the store's filesystem.",
         ) {
-            g.set(conveyor_store::disk_usage(&b.store.config().root).unwrap_or(0.0));
+            g.set(conveyor_store::disk_usage(&b.store().config().root).unwrap_or(0.0));
             let _ = registry.register(Box::new(g));
         }
         // Backlog per (group, topic, queue): what the operator's autoscaler reads.
@@ -105,9 +104,9 @@ impl HealthState {
             ),
             &["group", "topic", "queue"],
         ) {
-            for group in b.offsets.groups() {
-                for (topic, queue, offset) in b.offsets.offsets_of_group(&group) {
-                    let backlog = (b.store.max_offset(&topic, queue) - offset).max(0);
+            for group in b.offsets().groups() {
+                for (topic, queue, offset) in b.offsets().offsets_of_group(&group) {
+                    let backlog = (b.store().max_offset(&topic, queue) - offset).max(0);
                     lag.with_label_values(&[
                         group.as_str(),
                         topic.as_str(),

@@ -4,7 +4,8 @@
 //! - [`remoting`]: frames over TCP, per-connection tasks, outbound links.
 //! - [`namesrv`]: the route table and its requests.
 //! - [`broker`]: send, pull (long polling), consumer groups, offsets, admin, registration,
-//!   delay levels, on top of `conveyor-store`.
+//!   delay levels, timers and transactions on top of `conveyor-store`, as small services
+//!   that [`broker::Broker`] composes and dispatches requests to.
 //! - [`health`]: `/healthz`, `/readyz`, `/metrics`.
 //! - [`app`]: starting and stopping a process in any role (`conveyor standalone` included).
 //! - [`settings`]: TOML file + environment + flags → [`app::AppConfig`].

@@ -238,7 +238,7 @@ async fn send_back_of_a_missing_offset_is_refused() {
     // No side effect: nothing parked for a retry, nothing dead-lettered.
     let broker = server.broker();
     for level in 0..6 {
-        assert_eq!(broker.store.max_offset("SCHEDULE_TOPIC_XXXX", level), 0);
+        assert_eq!(broker.store().max_offset("SCHEDULE_TOPIC_XXXX", level), 0);
     }
-    assert_eq!(broker.store.max_offset(&format!("%DLQ%{group}"), 0), 0);
+    assert_eq!(broker.store().max_offset(&format!("%DLQ%{group}"), 0), 0);
 }

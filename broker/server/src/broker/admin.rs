@@ -1,4 +1,4 @@
-//! Admin requests: topic and group management and the statistics `mqadmin` prints
+//! AdminBrokerProcessor: topic and group management and the statistics `mqadmin` prints
 //! (clusterList, topicStatus, consumerProgress, …).
 //!
 //! Several of RocketMQ's admin bodies are maps keyed by a MessageQueue object, which fastjson
@@ -6,63 +6,36 @@
 //! the Java tools parse exactly that, so [`mq_keyed_map`] writes it the same way.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::Ordering;
+use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Instant;
 
 use conveyor_protocol::code::response_code as resp;
 use conveyor_protocol::command::RemotingCommand;
+use conveyor_protocol::header::admin::{
+    CreateTopicRequestHeader, DeleteSubscriptionGroupRequestHeader, DeleteTopicRequestHeader,
+    GetConsumeStatsRequestHeader, GetConsumerConnectionListRequestHeader,
+    GetSubscriptionGroupConfigRequestHeader, GetTopicConfigRequestHeader,
+    GetTopicStatsInfoRequestHeader, QueryTopicConsumeByWhoRequestHeader,
+    QueryTopicsByConsumerRequestHeader,
+};
 use conveyor_protocol::json;
 use conveyor_protocol::route::{
-    perm, MessageQueue, SubscriptionData, TopicConfig, TopicConfigSerializeWrapper, TopicFilterType,
+    MessageQueue, SubscriptionData, TopicConfig, TopicConfigSerializeWrapper,
 };
+use conveyor_protocol::time::now_ms;
+use conveyor_store::MessageStore;
 use serde::Serialize;
 
-use super::groups::SubscriptionGroupConfig;
-use super::topics;
-use super::{bad_header, ok, Broker, Reply};
-use crate::remoting::{error_response, Connection};
-
-/// Admin request codes (RocketMQ's RequestCode values).
-pub mod code {
-    pub const UPDATE_AND_CREATE_TOPIC: i32 = 17;
-    pub const GET_ALL_TOPIC_CONFIG: i32 = 21;
-    pub const GET_BROKER_CONFIG: i32 = 26;
-    pub const GET_BROKER_RUNTIME_INFO: i32 = 28;
-    pub const UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: i32 = 200;
-    pub const GET_ALL_SUBSCRIPTIONGROUP_CONFIG: i32 = 201;
-    pub const GET_TOPIC_STATS_INFO: i32 = 202;
-    pub const GET_CONSUMER_CONNECTION_LIST: i32 = 203;
-    pub const DELETE_SUBSCRIPTIONGROUP: i32 = 207;
-    pub const GET_CONSUME_STATS: i32 = 208;
-    pub const DELETE_TOPIC_IN_BROKER: i32 = 215;
-    pub const QUERY_TOPIC_CONSUME_BY_WHO: i32 = 300;
-    pub const QUERY_TOPICS_BY_CONSUMER: i32 = 343;
-    pub const GET_TOPIC_CONFIG: i32 = 351;
-    pub const GET_SUBSCRIPTIONGROUP_CONFIG: i32 = 352;
-}
-
-/// True for the codes this module answers.
-pub fn handles(c: i32) -> bool {
-    use code::*;
-    matches!(
-        c,
-        UPDATE_AND_CREATE_TOPIC
-            | GET_ALL_TOPIC_CONFIG
-            | GET_BROKER_CONFIG
-            | GET_BROKER_RUNTIME_INFO
-            | UPDATE_AND_CREATE_SUBSCRIPTIONGROUP
-            | GET_ALL_SUBSCRIPTIONGROUP_CONFIG
-            | GET_TOPIC_STATS_INFO
-            | GET_CONSUMER_CONNECTION_LIST
-            | DELETE_SUBSCRIPTIONGROUP
-            | GET_CONSUME_STATS
-            | DELETE_TOPIC_IN_BROKER
-            | QUERY_TOPIC_CONSUME_BY_WHO
-            | QUERY_TOPICS_BY_CONSUMER
-            | GET_TOPIC_CONFIG
-            | GET_SUBSCRIPTIONGROUP_CONFIG
-    )
-}
+use super::clients::ClientManager;
+use super::config::BrokerConfig;
+use super::durability::sync_flush;
+use super::groups::{SubscriptionGroupConfig, SubscriptionGroupManager};
+use super::offsets::ConsumerOffsetManager;
+use super::register::NameServerRegistrar;
+use super::reply::{bad_header, error_response, internal, ok, Reply};
+use super::stats::BrokerStats;
+use super::topics::{self, TopicConfigManager};
 
 /// Writes `{"<field>":{<mq json>:<value json>,…}, <extra fields>}` the way fastjson does.
 pub fn mq_keyed_map<V: Serialize>(
@@ -148,11 +121,68 @@ struct GroupTable<'a> {
     data_version: conveyor_protocol::route::DataVersion,
 }
 
-fn internal(req: &RemotingCommand) -> impl Fn(json::JsonError) -> RemotingCommand + '_ {
-    move |e| error_response(req, resp::SYSTEM_ERROR, e.to_string())
+/// What an AdminBrokerProcessor needs from the rest of the broker.
+pub struct AdminDeps {
+    /// Queue offsets, store times and the store's settings.
+    pub store: Arc<MessageStore>,
+    /// The topic table.
+    pub topics: Arc<TopicConfigManager>,
+    /// The group table.
+    pub groups: Arc<SubscriptionGroupManager>,
+    /// Committed offsets.
+    pub offsets: Arc<ConsumerOffsetManager>,
+    /// Live consumers.
+    pub clients: Arc<ClientManager>,
+    /// Told when the topic table changed.
+    pub registrar: Arc<NameServerRegistrar>,
+    /// Traffic counters.
+    pub stats: Arc<BrokerStats>,
 }
 
-impl Broker {
+/// The admin requests.
+pub struct AdminBrokerProcessor {
+    /// The broker's settings, reported by GET_BROKER_CONFIG.
+    config: BrokerConfig,
+    /// The broker's advertised address.
+    store_host: SocketAddr,
+    /// Queue offsets, store times and the store's settings.
+    store: Arc<MessageStore>,
+    /// The topic table.
+    topics: Arc<TopicConfigManager>,
+    /// The group table.
+    groups: Arc<SubscriptionGroupManager>,
+    /// Committed offsets (consume progress, who consumes what).
+    offsets: Arc<ConsumerOffsetManager>,
+    /// Live consumers (connections, subscriptions).
+    clients: Arc<ClientManager>,
+    /// Told when the topic table changed, so routes follow at once.
+    registrar: Arc<NameServerRegistrar>,
+    /// Traffic counters (runtime info).
+    stats: Arc<BrokerStats>,
+    /// When the broker started (uptime and TPS averages).
+    started: Instant,
+    /// Wall-clock start time (`bootTimestamp`).
+    boot_timestamp: i64,
+}
+
+impl AdminBrokerProcessor {
+    /// A processor over the broker's services; uptime counts from now.
+    pub fn new(config: BrokerConfig, store_host: SocketAddr, deps: AdminDeps) -> Self {
+        Self {
+            config,
+            store_host,
+            store: deps.store,
+            topics: deps.topics,
+            groups: deps.groups,
+            offsets: deps.offsets,
+            clients: deps.clients,
+            registrar: deps.registrar,
+            stats: deps.stats,
+            started: Instant::now(),
+            boot_timestamp: now_ms(),
+        }
+    }
+
     fn mq(&self, topic: &str, queue_id: i32) -> MessageQueue {
         MessageQueue {
             topic: topic.to_string(),
@@ -161,158 +191,164 @@ impl Broker {
         }
     }
 
-    /// Answers the admin codes of [`handles`].
-    pub(crate) async fn admin(
-        self: &Arc<Self>,
-        _conn: &Connection,
-        req: &RemotingCommand,
-    ) -> Reply {
-        match req.code {
-            code::UPDATE_AND_CREATE_TOPIC => self.create_topic(req).await,
-            code::DELETE_TOPIC_IN_BROKER => {
-                let topic = req.get_str("topic").map_err(bad_header(req))?;
-                self.topics
-                    .remove(topic)
-                    .map_err(|e| error_response(req, resp::SYSTEM_ERROR, e.to_string()))?;
-                self.register_all().await;
-                Ok(ok(req))
-            }
-            code::GET_ALL_TOPIC_CONFIG => {
-                let (table, data_version) = self.topics.snapshot();
-                let body = json::to_vec(&TopicConfigSerializeWrapper {
-                    data_version,
-                    topic_config_table: table,
-                    ..Default::default()
-                })
-                .map_err(internal(req))?;
-                Ok(ok(req).with_body(body))
-            }
-            code::GET_TOPIC_CONFIG => {
-                let topic = req.get_str("topic").map_err(bad_header(req))?;
-                let config = self.topics.get(topic).ok_or_else(|| {
-                    error_response(
-                        req,
-                        resp::TOPIC_NOT_EXIST,
-                        format!("No topic in this broker. topic: {topic}"),
-                    )
-                })?;
-                #[derive(Serialize)]
-                struct Body {
-                    #[serde(rename = "topicConfig")]
-                    topic_config: TopicConfig,
-                }
-                Ok(ok(req).with_body(
-                    json::to_vec(&Body {
-                        topic_config: config,
-                    })
-                    .map_err(internal(req))?,
-                ))
-            }
-            code::GET_BROKER_CONFIG => {
-                let text = format!(
-                    "brokerClusterName={}\nbrokerName={}\nbrokerId={}\nbrokerIP1={}\nlistenPort={}\nnamesrvAddr={}\nautoCreateTopicEnable={}\nautoCreateSubscriptionGroup={}\ndefaultTopicQueueNums={}\nflushDiskType={}\nmessageDelayLevel={}\nstorePathRootDir={}\nmaxMessageSize={}\n",
-                    self.config.cluster_name,
-                    self.config.broker_name,
-                    self.config.broker_id,
-                    self.store_host.ip(),
-                    self.store_host.port(),
-                    self.config.namesrv_addrs.join(";"),
-                    self.config.auto_create_topic,
-                    self.config.auto_create_subscription_group,
-                    self.config.default_topic_queue_nums,
-                    if self.sync_flush() { "SYNC_FLUSH" } else { "ASYNC_FLUSH" },
-                    self.config.delay_levels,
-                    self.store.config().root.display(),
-                    self.store.config().max_message_size,
-                );
-                let (_, version) = self.topics.snapshot();
-                Ok(ok(req)
-                    .with_ext("version", json::to_string(&version).map_err(internal(req))?)
-                    .with_body(text.into_bytes()))
-            }
-            code::GET_BROKER_RUNTIME_INFO => self.runtime_info(req),
-            code::GET_TOPIC_STATS_INFO => self.topic_stats(req),
-            code::GET_CONSUME_STATS => self.consume_stats(req),
-            code::GET_CONSUMER_CONNECTION_LIST => self.consumer_connections(req),
-            code::UPDATE_AND_CREATE_SUBSCRIPTIONGROUP => {
-                let config: SubscriptionGroupConfig = json::from_slice(&req.body).map_err(|e| {
-                    error_response(
-                        req,
-                        resp::SYSTEM_ERROR,
-                        format!("bad subscription group body: {e}"),
-                    )
-                })?;
-                if config.group_name.is_empty() {
-                    return Err(error_response(
-                        req,
-                        resp::INVALID_PARAMETER,
-                        "groupName is required",
-                    ));
-                }
-                self.groups
-                    .upsert(config)
-                    .map_err(|e| error_response(req, resp::SYSTEM_ERROR, e.to_string()))?;
-                Ok(ok(req))
-            }
-            code::GET_SUBSCRIPTIONGROUP_CONFIG => {
-                let group = req.get_str("group").map_err(bad_header(req))?;
-                let config = self.groups.get(group).ok_or_else(|| {
-                    error_response(
-                        req,
-                        resp::SUBSCRIPTION_GROUP_NOT_EXIST,
-                        format!("subscription group [{group}] does not exist"),
-                    )
-                })?;
-                Ok(ok(req).with_body(json::to_vec(&config).map_err(internal(req))?))
-            }
-            code::GET_ALL_SUBSCRIPTIONGROUP_CONFIG => {
-                let all = self.groups.all();
-                let body = GroupTable {
-                    table: all.iter().map(|g| (g.group_name.clone(), g)).collect(),
-                    data_version: Default::default(),
-                };
-                Ok(ok(req).with_body(json::to_vec(&body).map_err(internal(req))?))
-            }
-            code::DELETE_SUBSCRIPTIONGROUP => {
-                let group = req.get_str("groupName").map_err(bad_header(req))?;
-                self.groups
-                    .remove(group)
-                    .map_err(|e| error_response(req, resp::SYSTEM_ERROR, e.to_string()))?;
-                Ok(ok(req))
-            }
-            code::QUERY_TOPIC_CONSUME_BY_WHO => {
-                let topic = req.get_str("topic").map_err(bad_header(req))?;
-                let mut groups = self.clients.groups_subscribing(topic);
-                groups.extend(self.offsets.groups_of_topic(topic));
-                groups.sort();
-                groups.dedup();
-                Ok(ok(req).with_body(
-                    json::to_vec(&GroupList { group_list: groups }).map_err(internal(req))?,
-                ))
-            }
-            code::QUERY_TOPICS_BY_CONSUMER => {
-                let group = req.get_str("group").map_err(bad_header(req))?;
-                let mut topics: Vec<String> = self
-                    .offsets
-                    .offsets_of_group(group)
-                    .into_iter()
-                    .map(|(t, _, _)| t)
-                    .collect();
-                topics.sort();
-                topics.dedup();
-                let body = TopicList {
-                    topic_list: topics,
-                    broker_addr: self.config.advertised_addr.clone(),
-                };
-                Ok(ok(req).with_body(json::to_vec(&body).map_err(internal(req))?))
-            }
-            _ => Err(crate::remoting::not_supported(req)),
-        }
+    /// DELETE_TOPIC_IN_BROKER.
+    pub async fn delete_topic(&self, req: &RemotingCommand) -> Reply {
+        let h = DeleteTopicRequestHeader::parse(req).map_err(bad_header(req))?;
+        self.topics
+            .remove(&h.topic)
+            .map_err(|e| error_response(req, resp::SYSTEM_ERROR, e.to_string()))?;
+        self.registrar.register_all().await;
+        Ok(ok(req))
     }
 
-    async fn create_topic(self: &Arc<Self>, req: &RemotingCommand) -> Reply {
-        let bad = bad_header(req);
-        let topic = req.get_str("topic").map_err(&bad)?;
+    /// GET_ALL_TOPIC_CONFIG.
+    pub fn all_topic_config(&self, req: &RemotingCommand) -> Reply {
+        let (table, data_version) = self.topics.snapshot();
+        let body = json::to_vec(&TopicConfigSerializeWrapper {
+            data_version,
+            topic_config_table: table,
+            ..Default::default()
+        })
+        .map_err(internal(req))?;
+        Ok(ok(req).with_body(body))
+    }
+
+    /// GET_TOPIC_CONFIG.
+    pub fn topic_config(&self, req: &RemotingCommand) -> Reply {
+        let h = GetTopicConfigRequestHeader::parse(req).map_err(bad_header(req))?;
+        let topic = h.topic.as_str();
+        let config = self.topics.get(topic).ok_or_else(|| {
+            error_response(
+                req,
+                resp::TOPIC_NOT_EXIST,
+                format!("No topic in this broker. topic: {topic}"),
+            )
+        })?;
+        #[derive(Serialize)]
+        struct Body {
+            #[serde(rename = "topicConfig")]
+            topic_config: TopicConfig,
+        }
+        Ok(ok(req).with_body(
+            json::to_vec(&Body {
+                topic_config: config,
+            })
+            .map_err(internal(req))?,
+        ))
+    }
+
+    /// GET_BROKER_CONFIG: the settings as RocketMQ's `key=value` lines.
+    pub fn broker_config(&self, req: &RemotingCommand) -> Reply {
+        let text = format!(
+            "brokerClusterName={}\nbrokerName={}\nbrokerId={}\nbrokerIP1={}\nlistenPort={}\nnamesrvAddr={}\nautoCreateTopicEnable={}\nautoCreateSubscriptionGroup={}\ndefaultTopicQueueNums={}\nflushDiskType={}\nmessageDelayLevel={}\nstorePathRootDir={}\nmaxMessageSize={}\n",
+            self.config.cluster_name,
+            self.config.broker_name,
+            self.config.broker_id,
+            self.store_host.ip(),
+            self.store_host.port(),
+            self.config.namesrv_addrs.join(";"),
+            self.config.auto_create_topic,
+            self.config.auto_create_subscription_group,
+            self.config.default_topic_queue_nums,
+            if sync_flush(&self.store) { "SYNC_FLUSH" } else { "ASYNC_FLUSH" },
+            self.config.delay_levels,
+            self.store.config().root.display(),
+            self.store.config().max_message_size,
+        );
+        let (_, version) = self.topics.snapshot();
+        Ok(ok(req)
+            .with_ext("version", json::to_string(&version).map_err(internal(req))?)
+            .with_body(text.into_bytes()))
+    }
+
+    /// UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: the body is the group's config.
+    pub fn upsert_group(&self, req: &RemotingCommand) -> Reply {
+        let config: SubscriptionGroupConfig = json::from_slice(&req.body).map_err(|e| {
+            error_response(
+                req,
+                resp::SYSTEM_ERROR,
+                format!("bad subscription group body: {e}"),
+            )
+        })?;
+        if config.group_name.is_empty() {
+            return Err(error_response(
+                req,
+                resp::INVALID_PARAMETER,
+                "groupName is required",
+            ));
+        }
+        self.groups
+            .upsert(config)
+            .map_err(|e| error_response(req, resp::SYSTEM_ERROR, e.to_string()))?;
+        Ok(ok(req))
+    }
+
+    /// GET_SUBSCRIPTIONGROUP_CONFIG.
+    pub fn group_config(&self, req: &RemotingCommand) -> Reply {
+        let h = GetSubscriptionGroupConfigRequestHeader::parse(req).map_err(bad_header(req))?;
+        let group = h.group.as_str();
+        let config = self.groups.get(group).ok_or_else(|| {
+            error_response(
+                req,
+                resp::SUBSCRIPTION_GROUP_NOT_EXIST,
+                format!("subscription group [{group}] does not exist"),
+            )
+        })?;
+        Ok(ok(req).with_body(json::to_vec(&config).map_err(internal(req))?))
+    }
+
+    /// GET_ALL_SUBSCRIPTIONGROUP_CONFIG.
+    pub fn all_group_config(&self, req: &RemotingCommand) -> Reply {
+        let all = self.groups.all();
+        let body = GroupTable {
+            table: all.iter().map(|g| (g.group_name.clone(), g)).collect(),
+            data_version: Default::default(),
+        };
+        Ok(ok(req).with_body(json::to_vec(&body).map_err(internal(req))?))
+    }
+
+    /// DELETE_SUBSCRIPTIONGROUP.
+    pub fn delete_group(&self, req: &RemotingCommand) -> Reply {
+        let h = DeleteSubscriptionGroupRequestHeader::parse(req).map_err(bad_header(req))?;
+        self.groups
+            .remove(&h.group_name)
+            .map_err(|e| error_response(req, resp::SYSTEM_ERROR, e.to_string()))?;
+        Ok(ok(req))
+    }
+
+    /// QUERY_TOPIC_CONSUME_BY_WHO: groups subscribed now or with committed offsets.
+    pub fn topic_consumed_by(&self, req: &RemotingCommand) -> Reply {
+        let h = QueryTopicConsumeByWhoRequestHeader::parse(req).map_err(bad_header(req))?;
+        let mut groups = self.clients.groups_subscribing(&h.topic);
+        groups.extend(self.offsets.groups_of_topic(&h.topic));
+        groups.sort();
+        groups.dedup();
+        Ok(ok(req)
+            .with_body(json::to_vec(&GroupList { group_list: groups }).map_err(internal(req))?))
+    }
+
+    /// QUERY_TOPICS_BY_CONSUMER: topics a group has committed offsets for.
+    pub fn topics_consumed_by(&self, req: &RemotingCommand) -> Reply {
+        let h = QueryTopicsByConsumerRequestHeader::parse(req).map_err(bad_header(req))?;
+        let mut topics: Vec<String> = self
+            .offsets
+            .offsets_of_group(&h.group)
+            .into_iter()
+            .map(|(t, _, _)| t)
+            .collect();
+        topics.sort();
+        topics.dedup();
+        let body = TopicList {
+            topic_list: topics,
+            broker_addr: self.config.advertised_addr.clone(),
+        };
+        Ok(ok(req).with_body(json::to_vec(&body).map_err(internal(req))?))
+    }
+
+    /// UPDATE_AND_CREATE_TOPIC.
+    pub async fn create_topic(&self, req: &RemotingCommand) -> Reply {
+        let h = CreateTopicRequestHeader::parse(req).map_err(bad_header(req))?;
+        let topic = h.topic.as_str();
         conveyor_store::validate_topic(topic)
             .map_err(|e| error_response(req, resp::INVALID_PARAMETER, e.to_string()))?;
         if topics::is_forbidden_for_send(topic) || topic == topics::AUTO_CREATE_TOPIC {
@@ -322,8 +358,7 @@ impl Broker {
                 format!("the topic[{topic}] is conflict with system topic"),
             ));
         }
-        let read = req.get_i32("readQueueNums").map_err(&bad)?;
-        let write = req.get_i32("writeQueueNums").map_err(&bad)?;
+        let (read, write, perm) = (h.read_queue_nums, h.write_queue_nums, h.perm);
         if !(1..=1024).contains(&read) || !(1..=1024).contains(&write) {
             return Err(error_response(
                 req,
@@ -331,42 +366,29 @@ impl Broker {
                 "readQueueNums and writeQueueNums must be between 1 and 1024",
             ));
         }
-        let perm = req
-            .get_i32_opt("perm")
-            .map_err(&bad)?
-            .unwrap_or(perm::READ_WRITE);
-        let filter = match req.get_str_opt("topicFilterType") {
-            Some("MULTI_TAG") => TopicFilterType::MultiTag,
-            _ => TopicFilterType::SingleTag,
-        };
-        let mut attributes = BTreeMap::new();
-        for attr in req.get_str_opt("attributes").unwrap_or_default().split(',') {
-            if let Some((k, v)) = attr.strip_prefix('+').and_then(|a| a.split_once('=')) {
-                attributes.insert(k.to_string(), v.to_string());
-            }
-        }
         let config = TopicConfig {
             topic_name: topic.to_string(),
             read_queue_nums: read,
             write_queue_nums: write,
             perm,
-            topic_filter_type: filter,
-            topic_sys_flag: req.get_i32_opt("topicSysFlag").map_err(&bad)?.unwrap_or(0),
-            order: req.get_bool_opt("order").map_err(&bad)?.unwrap_or(false),
-            attributes,
+            topic_filter_type: h.topic_filter_type,
+            topic_sys_flag: h.topic_sys_flag,
+            order: h.order,
+            attributes: h.attributes.clone(),
         };
         self.topics
             .upsert(config)
             .map_err(|e| error_response(req, resp::SYSTEM_ERROR, e.to_string()))?;
         tracing::info!(topic, read, write, perm, "topic created or updated");
-        self.register_all().await;
+        self.registrar.register_all().await;
         Ok(ok(req))
     }
 
-    fn runtime_info(&self, req: &RemotingCommand) -> Reply {
+    /// GET_BROKER_RUNTIME_INFO: the `brokerStatus` table.
+    pub fn runtime_info(&self, req: &RemotingCommand) -> Reply {
         let uptime = self.started.elapsed().as_secs_f64().max(1.0);
-        let put = self.stats.messages_in.load(Ordering::Relaxed);
-        let get = self.stats.messages_out.load(Ordering::Relaxed);
+        let stats = self.stats.snapshot();
+        let (put, get) = (stats.messages_in, stats.messages_out);
         let put_tps = put as f64 / uptime;
         let get_tps = get as f64 / uptime;
         let disk = conveyor_store::disk_usage(&self.store.config().root).unwrap_or(0.0);
@@ -440,8 +462,10 @@ impl Broker {
         Ok(ok(req).with_body(body))
     }
 
-    fn topic_stats(&self, req: &RemotingCommand) -> Reply {
-        let topic = req.get_str("topic").map_err(bad_header(req))?;
+    /// GET_TOPIC_STATS_INFO: min and max offsets of every queue of a topic.
+    pub fn topic_stats(&self, req: &RemotingCommand) -> Reply {
+        let h = GetTopicStatsInfoRequestHeader::parse(req).map_err(bad_header(req))?;
+        let topic = h.topic.as_str();
         let config = self.topics.get(topic).ok_or_else(|| {
             error_response(
                 req,
@@ -477,12 +501,12 @@ impl Broker {
         Ok(ok(req).with_body(body))
     }
 
-    fn consume_stats(&self, req: &RemotingCommand) -> Reply {
-        let bad = bad_header(req);
-        let group = req.get_str("consumerGroup").map_err(&bad)?;
-        let only_topic = req.get_str_opt("topic").filter(|t| !t.is_empty());
-        let mut topic_names: Vec<String> = match only_topic {
-            Some(t) => vec![t.to_string()],
+    /// GET_CONSUME_STATS: a group's progress on every queue of its topics.
+    pub fn consume_stats(&self, req: &RemotingCommand) -> Reply {
+        let h = GetConsumeStatsRequestHeader::parse(req).map_err(bad_header(req))?;
+        let group = h.consumer_group.as_str();
+        let mut topic_names: Vec<String> = match &h.topic {
+            Some(t) => vec![t.clone()],
             None => {
                 let mut t: Vec<String> = self
                     .offsets
@@ -533,8 +557,10 @@ impl Broker {
         Ok(ok(req).with_body(body))
     }
 
-    fn consumer_connections(&self, req: &RemotingCommand) -> Reply {
-        let group = req.get_str("consumerGroup").map_err(bad_header(req))?;
+    /// GET_CONSUMER_CONNECTION_LIST: a live group's members and subscriptions.
+    pub fn consumer_connections(&self, req: &RemotingCommand) -> Reply {
+        let h = GetConsumerConnectionListRequestHeader::parse(req).map_err(bad_header(req))?;
+        let group = h.consumer_group.as_str();
         let Some(g) = self.clients.consumer_group(group) else {
             return Err(error_response(
                 req,

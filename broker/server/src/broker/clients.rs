@@ -21,32 +21,45 @@ pub const CLIENT_EXPIRY: Duration = Duration::from_secs(120);
 /// One client instance on one connection.
 #[derive(Debug, Clone)]
 pub struct ClientChannel {
+    /// The client instance id (`ip@pid` for Java clients).
     pub client_id: String,
+    /// The connection its heartbeats arrive on.
     pub conn: Connection,
+    /// The client's language, as its requests say.
     pub language: String,
+    /// The client's protocol version.
     pub version: i32,
+    /// Last heartbeat.
     pub last_update: Instant,
 }
 
 /// A consumer group's live state.
 #[derive(Debug, Clone, Default)]
 pub struct ConsumerGroup {
+    /// Push or pull, as the latest heartbeat says.
     pub consume_type: ConsumeType,
+    /// Clustering or broadcasting.
     pub message_model: MessageModel,
+    /// Where a new member starts.
     pub consume_from_where: ConsumeFromWhere,
+    /// topic → the group's subscription to it.
     pub subscriptions: HashMap<String, SubscriptionData>,
+    /// The members, by connection.
     pub channels: HashMap<ConnectionId, ClientChannel>,
 }
 
 #[derive(Default)]
 struct State {
+    /// Consumer groups by name.
     consumers: HashMap<String, ConsumerGroup>,
+    /// Producer group → its live channels.
     producers: HashMap<String, HashMap<ConnectionId, ClientChannel>>,
 }
 
 /// Live producers and consumers.
 #[derive(Default)]
 pub struct ClientManager {
+    /// Both tables under one lock: a heartbeat updates them together.
     state: Mutex<State>,
 }
 

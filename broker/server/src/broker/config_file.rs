@@ -10,15 +10,21 @@ use serde::Serialize;
 /// A config document could not be read or written.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigFileError {
+    /// Reading or writing the file failed.
     #[error("{path}: {source}")]
     Io {
+        /// The document.
         path: PathBuf,
+        /// Why.
         #[source]
         source: std::io::Error,
     },
+    /// The file is not the JSON expected (or the value could not be encoded).
     #[error("{path} is not valid: {source}")]
     Json {
+        /// The document.
         path: PathBuf,
+        /// Why.
         #[source]
         source: serde_json::Error,
     },
@@ -27,6 +33,7 @@ pub enum ConfigFileError {
 /// Where a config document lives.
 #[derive(Debug, Clone)]
 pub struct ConfigFile {
+    /// The document's path.
     path: PathBuf,
 }
 

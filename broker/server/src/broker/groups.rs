@@ -6,27 +6,42 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::RwLock;
 
+use conveyor_protocol::code::response_code as resp;
+use conveyor_protocol::command::RemotingCommand;
 use conveyor_protocol::route::DataVersion;
 use serde::{Deserialize, Serialize};
 
 use super::config_file::{ConfigFile, ConfigFileError};
+use super::reply::error_response;
 
 /// One group's settings (RocketMQ's `SubscriptionGroupConfig`, the fields clients and
 /// `mqadmin` use).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
 pub struct SubscriptionGroupConfig {
+    /// The group.
     pub group_name: String,
+    /// False stops the group from pulling (NO_PERMISSION).
     pub consume_enable: bool,
+    /// New members may start from the queue's minimum offset.
     pub consume_from_min_enable: bool,
+    /// Broadcasting consumption is allowed.
     pub consume_broadcast_enable: bool,
+    /// The group consumes orderly (queue locks).
     pub consume_message_orderly: bool,
+    /// Queues of `%RETRY%group`; 0 disables retries.
     pub retry_queue_nums: i32,
+    /// Reconsumes before a message goes to `%DLQ%group`.
     pub retry_max_times: i32,
+    /// Broker the group pulls from normally.
     pub broker_id: i64,
+    /// Broker the group pulls from when consumption is slow.
     pub which_broker_when_consume_slowly: i64,
+    /// Members are told (NOTIFY_CONSUMER_IDS_CHANGED) when membership changes.
     pub notify_consumer_ids_changed_enable: bool,
+    /// Group SYSFLAG bits.
     pub group_sys_flag: i32,
+    /// Minutes before a push consumer's message counts as timed out.
     pub consume_timeout_minute: i32,
 }
 
@@ -59,8 +74,11 @@ struct Persisted {
 
 /// The group table.
 pub struct SubscriptionGroupManager {
+    /// `config/subscriptionGroup.json`.
     file: ConfigFile,
+    /// The groups and the table's version, as persisted.
     state: RwLock<Persisted>,
+    /// `autoCreateSubscriptionGroup`: unknown groups are created on first use.
     auto_create: bool,
 }
 
@@ -93,6 +111,25 @@ impl SubscriptionGroupManager {
         };
         self.upsert(config.clone())?;
         Ok(Some(config))
+    }
+
+    /// The group's config (created on first use when allowed), or the error response a
+    /// request naming it gets: SUBSCRIPTION_GROUP_NOT_EXIST, or SYSTEM_ERROR when creating it
+    /// could not be persisted.
+    pub fn require(
+        &self,
+        req: &RemotingCommand,
+        group: &str,
+    ) -> Result<SubscriptionGroupConfig, RemotingCommand> {
+        self.find_or_create(group)
+            .map_err(|e| error_response(req, resp::SYSTEM_ERROR, e.to_string()))?
+            .ok_or_else(|| {
+                error_response(
+                    req,
+                    resp::SUBSCRIPTION_GROUP_NOT_EXIST,
+                    format!("subscription group [{group}] does not exist"),
+                )
+            })
     }
 
     /// The group's config, if it exists.

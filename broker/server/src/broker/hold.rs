@@ -10,6 +10,7 @@ use tokio::sync::Notify;
 /// Wake-up points per (topic, queue id).
 #[derive(Default)]
 pub struct PullHold {
+    /// topic → queue id → the notifier held pulls (and delivery loops) wait on.
     queues: RwLock<HashMap<String, HashMap<i32, Arc<Notify>>>>,
 }
 

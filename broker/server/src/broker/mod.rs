@@ -1,151 +1,125 @@
 //! The broker: serves producers and consumers from a `conveyor-store` MessageStore and
 //! registers its topics with the name servers.
 //!
-//! One file per concern: [`send`] (SEND_*), [`pull`] (PULL with long polling), [`consumer`]
-//! (heartbeats, groups, offsets), [`query`] (offsets by time, lookups by id and key),
-//! [`admin`] (topics, groups and the statistics `mqadmin` reads), [`register`] (name-server
-//! registration), plus the persisted tables [`topics`], [`groups`], [`offsets`] and the live
-//! [`clients`].
+//! [`Broker`] is only the composition root: it opens the store, builds the services below
+//! (each owning its state, handed the others it needs as `Arc`s), runs their background loops
+//! and maps every request code to one service in [`Broker`]'s dispatch table. Services never
+//! reach back into the broker; the dependency graph between these modules is acyclic.
+//!
+//! Request processors (RocketMQ's names):
+//! - [`send`] — SEND_MESSAGE / V2 / BATCH: auto-create, DLQ redirection, parking.
+//! - [`retry`] — CONSUMER_SEND_MSG_BACK.
+//! - [`pull`] — PULL_MESSAGE / LITE_PULL_MESSAGE with long polling ([`hold`]) and tag
+//!   filtering ([`filter`]).
+//! - [`offset_processor`] — consumer offsets and queue offsets (by time, min, max).
+//! - [`query`] — messages by offset id and by key.
+//! - [`client_processor`] — heartbeats, group membership, orderly locks.
+//! - [`admin`] — topics, groups and the statistics `mqadmin` reads.
+//! - [`transaction`] — END_TRANSACTION, half-message bookkeeping and check-backs.
+//!
+//! Background services: [`schedule`] (delay levels), [`timer`] (timer messages),
+//! [`register`] (name-server registration). Where a message is parked is decided by one pure
+//! function in [`parking`].
+//!
+//! State and leaves: [`topics`], [`groups`], [`offsets`] (persisted tables), [`clients`] and
+//! [`locks`] (live), [`stats`], [`config`], [`config_file`], [`durability`], [`reply`].
 
 pub mod admin;
+pub mod client_processor;
 pub mod clients;
+pub mod config;
 pub mod config_file;
-pub mod consumer;
+pub mod durability;
+pub mod filter;
 pub mod groups;
 pub mod hold;
+pub mod locks;
+pub mod offset_processor;
 pub mod offsets;
+pub mod parking;
 pub mod pull;
 pub mod query;
 pub mod register;
+pub mod reply;
 pub mod retry;
 pub mod schedule;
 pub mod send;
+pub mod stats;
 pub mod timer;
 pub mod topics;
 pub mod transaction;
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use conveyor_protocol::code::{request_code as rc, response_code as resp, version};
-use conveyor_protocol::command::{HeaderError, RemotingCommand};
-use conveyor_protocol::message::{keys, StoredMessage};
-use conveyor_store::{FlushMode, MessageStore, StoreConfig};
-use serde::{Deserialize, Serialize};
-use tokio::sync::Semaphore;
+use conveyor_protocol::code::{request_code as rc, version};
+use conveyor_protocol::command::RemotingCommand;
+use conveyor_store::{MessageStore, StoreConfig};
 use tokio_util::sync::CancellationToken;
 
-use crate::remoting::{error_response, not_supported, Connection, Link, Processor};
+use crate::remoting::{Connection, Processor};
+use admin::{AdminBrokerProcessor, AdminDeps};
+use client_processor::ClientManageProcessor;
 use clients::ClientManager;
 use groups::SubscriptionGroupManager;
 use hold::PullHold;
+use locks::RebalanceLockManager;
+use offset_processor::OffsetProcessor;
 use offsets::ConsumerOffsetManager;
+use parking::ParkingRules;
+use pull::{PullDeps, PullMessageProcessor};
+use query::QueryMessageProcessor;
+use register::NameServerRegistrar;
+use reply::{not_supported, Reply};
+use retry::SendMsgBackProcessor;
+use schedule::ScheduleMessageService;
+use send::{SendDeps, SendMessageProcessor};
+use stats::BrokerStats;
+use timer::TimerMessageService;
 use topics::TopicConfigManager;
+use transaction::TransactionalMessageService;
 
-/// A handler's outcome: the response, or an error response.
-pub type Reply = Result<RemotingCommand, RemotingCommand>;
+pub use config::BrokerConfig;
 
-/// Maps a header error to an INVALID_PARAMETER answer naming the field.
-pub(crate) fn bad_header(req: &RemotingCommand) -> impl Fn(HeaderError) -> RemotingCommand + '_ {
-    move |e| error_response(req, resp::INVALID_PARAMETER, e.to_string())
-}
-
-/// Broker settings (RocketMQ's BrokerConfig, the parts Conveyor uses).
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(default, rename_all = "kebab-case")]
-pub struct BrokerConfig {
-    /// Cluster the broker belongs to.
-    pub cluster_name: String,
-    /// Broker group name (master and slaves share it).
-    pub broker_name: String,
-    /// 0 = master.
-    pub broker_id: i64,
-    /// Address clients use to reach this broker ("ip:port"); also the STOREHOST of records.
-    pub advertised_addr: String,
-    /// Name servers to register with.
-    pub namesrv_addrs: Vec<String>,
-    /// Create unknown topics on first send from the TBW102 template.
-    pub auto_create_topic: bool,
-    /// Create unknown consumer groups on first use.
-    pub auto_create_subscription_group: bool,
-    /// Queues of TBW102 (and so the most an auto-created topic gets).
-    pub default_topic_queue_nums: i32,
-    /// Registration period (RocketMQ: 30 s, clamped to 10–60 s).
-    pub register_interval_ms: u64,
-    /// Consumer offsets persistence period.
-    pub offset_persist_interval_ms: u64,
-    /// How long a SEND may wait for a free slot before the broker answers SYSTEM_BUSY.
-    pub send_queue_wait_ms: u64,
-    /// Sends in flight across all connections before new ones wait.
-    pub max_sends_in_flight: usize,
-    /// Delay levels, RocketMQ's `messageDelayLevel`.
-    pub delay_levels: String,
-    /// Longest delay a timer message may ask for (RocketMQ: 3 days).
-    pub timer_max_delay_ms: u64,
-    /// Age after which an undecided half message is checked back (RocketMQ: 6 s).
-    pub transaction_timeout_ms: u64,
-    /// Time between two checks of the same half message.
-    pub transaction_check_interval_ms: u64,
-    /// Checks before an undecided half message is discarded (RocketMQ: 15).
-    pub transaction_check_max: u32,
-}
-
-impl Default for BrokerConfig {
-    fn default() -> Self {
-        Self {
-            cluster_name: "DefaultCluster".into(),
-            broker_name: "broker-a".into(),
-            broker_id: 0,
-            advertised_addr: "127.0.0.1:10911".into(),
-            namesrv_addrs: vec!["127.0.0.1:9876".into()],
-            auto_create_topic: true,
-            auto_create_subscription_group: true,
-            default_topic_queue_nums: 8,
-            register_interval_ms: 30_000,
-            offset_persist_interval_ms: 5_000,
-            send_queue_wait_ms: 200,
-            max_sends_in_flight: 10_000,
-            delay_levels: "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h".into(),
-            timer_max_delay_ms: 3 * 24 * 3600 * 1000,
-            transaction_timeout_ms: 6_000,
-            transaction_check_interval_ms: 30_000,
-            transaction_check_max: 15,
-        }
-    }
-}
-
-/// Counters exposed on `/metrics` and in GET_BROKER_RUNTIME_INFO.
-#[derive(Default)]
-pub struct BrokerStats {
-    pub messages_in: AtomicU64,
-    pub bytes_in: AtomicU64,
-    pub messages_out: AtomicU64,
-    pub bytes_out: AtomicU64,
-}
-
-/// A running broker.
+/// A running broker: the services, wired together.
 pub struct Broker {
-    pub config: BrokerConfig,
-    pub store: Arc<MessageStore>,
-    pub topics: TopicConfigManager,
-    pub groups: SubscriptionGroupManager,
-    pub offsets: ConsumerOffsetManager,
-    pub clients: ClientManager,
-    pub hold: Arc<PullHold>,
-    pub stats: BrokerStats,
-    pub schedule: schedule::ScheduleProgress,
-    pub locks: consumer::QueueLocks,
-    pub timer: timer::TimerService,
-    pub transactions: transaction::TransactionService,
-    delay_levels: Vec<Duration>,
+    /// The store every service reads and writes.
+    store: Arc<MessageStore>,
+    /// Traffic counters.
+    stats: Arc<BrokerStats>,
+    /// Committed consumer offsets (persisted periodically and on stop).
+    offsets: Arc<ConsumerOffsetManager>,
+    /// Live producers and consumers (expired periodically, dropped with their connection).
+    clients: Arc<ClientManager>,
+    /// Registration with the name servers.
+    registrar: Arc<NameServerRegistrar>,
+    /// SEND_MESSAGE / V2 / BATCH.
+    send: SendMessageProcessor,
+    /// CONSUMER_SEND_MSG_BACK.
+    send_back: SendMsgBackProcessor,
+    /// PULL_MESSAGE / LITE_PULL_MESSAGE.
+    pull: PullMessageProcessor,
+    /// Consumer and queue offsets.
+    offset_requests: OffsetProcessor,
+    /// VIEW_MESSAGE_BY_ID / QUERY_MESSAGE.
+    query: QueryMessageProcessor,
+    /// Heartbeats, membership, locks.
+    client_requests: ClientManageProcessor,
+    /// The admin requests.
+    admin: AdminBrokerProcessor,
+    /// Delay-level delivery.
+    schedule: Arc<ScheduleMessageService>,
+    /// Timer-message delivery.
+    timer: Arc<TimerMessageService>,
+    /// END_TRANSACTION and check-backs.
+    transactions: Arc<TransactionalMessageService>,
+    /// The advertised address (STOREHOST of records).
     store_host: SocketAddr,
-    namesrvs: Vec<Link>,
-    registered: AtomicBool,
-    send_slots: Semaphore,
-    started: Instant,
-    boot_timestamp: i64,
+    /// `register_interval_ms`.
+    register_interval: Duration,
+    /// `offset_persist_interval_ms`.
+    offset_persist_interval: Duration,
     /// Cancelled when the process begins to stop: held pulls answer at once.
     stopping: CancellationToken,
 }
@@ -153,21 +127,24 @@ pub struct Broker {
 /// Why the broker could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum BrokerError {
+    /// `advertised_addr` is not `ip:port`.
     #[error("invalid advertised address {0:?}: expected ip:port")]
     AdvertisedAddr(String),
+    /// `delay_levels` has no valid level.
     #[error("invalid delay levels {0:?}: expected e.g. \"1s 5s 10s 30s 1m 2h\"")]
     DelayLevels(String),
+    /// The store could not be opened.
     #[error(transparent)]
     Store(#[from] conveyor_store::StoreError),
+    /// A persisted table could not be read or written.
     #[error(transparent)]
     Config(#[from] config_file::ConfigFileError),
 }
 
-/// Wall-clock time in ms (RocketMQ's timestamps).
-pub(crate) use conveyor_protocol::time::now_ms;
-
 impl Broker {
-    /// Opens the store and the persisted tables. Call [`Broker::run_background`] next.
+    /// Opens the store and the persisted tables, and brings the delay, timer and transaction
+    /// progress in line with the recovered store before anything is served. Call
+    /// [`Broker::run_background`] and the `run_*` loops next.
     pub fn open(
         config: BrokerConfig,
         mut store_config: StoreConfig,
@@ -186,25 +163,31 @@ impl Broker {
             elapsed_ms = report.elapsed.as_millis() as u64,
             "store opened"
         );
-        let delay_levels = send::parse_delay_levels(&config.delay_levels);
+        let store = Arc::new(store);
+        let delay_levels = parking::parse_delay_levels(&config.delay_levels);
         if delay_levels.is_empty() {
             return Err(BrokerError::DelayLevels(config.delay_levels.clone()));
         }
-        let levels = delay_levels.len() as i32;
-        let topics = TopicConfigManager::load(
+        let parking = ParkingRules {
+            delay_levels: delay_levels.len(),
+            timer_max_delay_ms: config.timer_max_delay_ms as i64,
+        };
+        let topics = Arc::new(TopicConfigManager::load(
             &config_dir,
             &config.cluster_name,
             &config.broker_name,
             config.auto_create_topic,
             config.default_topic_queue_nums,
-            levels,
-        )?;
-        let groups =
-            SubscriptionGroupManager::load(&config_dir, config.auto_create_subscription_group)?;
-        let offsets = ConsumerOffsetManager::load(&config_dir)?;
-        let schedule = schedule::ScheduleProgress::load(&config_dir)?;
-        let timer = timer::TimerService::load(&config_dir)?;
-        let transactions = transaction::TransactionService::load(&config_dir)?;
+            delay_levels.len() as i32,
+        )?);
+        let groups = Arc::new(SubscriptionGroupManager::load(
+            &config_dir,
+            config.auto_create_subscription_group,
+        )?);
+        let offsets = Arc::new(ConsumerOffsetManager::load(&config_dir)?);
+        let clients = Arc::new(ClientManager::default());
+        let locks = Arc::new(RebalanceLockManager::default());
+        let stats = Arc::new(BrokerStats::default());
         let hold = Arc::new(PullHold::default());
         {
             let hold = hold.clone();
@@ -212,49 +195,127 @@ impl Broker {
                 hold.arrived(topic, queue_id)
             }));
         }
-        let namesrvs = config.namesrv_addrs.iter().map(Link::new).collect();
-        let broker = Arc::new(Self {
-            send_slots: Semaphore::new(config.max_sends_in_flight),
+        let registrar = Arc::new(NameServerRegistrar::new(
+            &config,
+            store_host,
+            topics.clone(),
+        ));
+        let schedule = Arc::new(ScheduleMessageService::load(
+            &config_dir,
+            store.clone(),
+            hold.clone(),
+            delay_levels,
+        )?);
+        let timer = Arc::new(TimerMessageService::load(
+            &config_dir,
+            store.clone(),
+            hold.clone(),
+        )?);
+        let transactions = Arc::new(TransactionalMessageService::load(
+            &config_dir,
+            &config,
+            store_host,
+            store.clone(),
+            clients.clone(),
+            topics.clone(),
+            parking,
+        )?);
+        let stopping = CancellationToken::new();
+        let send = SendMessageProcessor::new(
+            &config,
+            store_host,
+            SendDeps {
+                store: store.clone(),
+                topics: topics.clone(),
+                groups: groups.clone(),
+                registrar: registrar.clone(),
+                stats: stats.clone(),
+                parking,
+            },
+        );
+        let send_back = SendMsgBackProcessor::new(
+            store.clone(),
+            topics.clone(),
+            groups.clone(),
+            registrar.clone(),
+            parking,
+            store_host,
+        );
+        let pull = PullMessageProcessor::new(
+            config.broker_id,
+            PullDeps {
+                store: store.clone(),
+                topics: topics.clone(),
+                groups: groups.clone(),
+                clients: clients.clone(),
+                offsets: offsets.clone(),
+                hold,
+                stats: stats.clone(),
+                stopping: stopping.clone(),
+            },
+        );
+        let offset_requests = OffsetProcessor::new(store.clone(), topics.clone(), offsets.clone());
+        let query = QueryMessageProcessor::new(store.clone());
+        let client_requests = ClientManageProcessor::new(
+            clients.clone(),
+            locks,
+            groups.clone(),
+            topics.clone(),
+            registrar.clone(),
+        );
+        let register_interval =
+            Duration::from_millis(config.register_interval_ms.clamp(1_000, 60_000));
+        let offset_persist_interval =
+            Duration::from_millis(config.offset_persist_interval_ms.max(100));
+        let admin = AdminBrokerProcessor::new(
             config,
-            store: Arc::new(store),
-            topics,
-            groups,
+            store_host,
+            AdminDeps {
+                store: store.clone(),
+                topics,
+                groups,
+                offsets: offsets.clone(),
+                clients: clients.clone(),
+                registrar: registrar.clone(),
+                stats: stats.clone(),
+            },
+        );
+        Ok(Arc::new(Self {
+            store,
+            stats,
             offsets,
-            clients: ClientManager::default(),
-            hold,
-            stats: BrokerStats::default(),
+            clients,
+            registrar,
+            send,
+            send_back,
+            pull,
+            offset_requests,
+            query,
+            client_requests,
+            admin,
             schedule,
-            locks: consumer::QueueLocks::default(),
             timer,
             transactions,
-            delay_levels,
             store_host,
-            namesrvs,
-            registered: AtomicBool::new(false),
-            started: Instant::now(),
-            boot_timestamp: now_ms(),
-            stopping: CancellationToken::new(),
-        });
-        broker.reconcile_progress();
-        Ok(broker)
+            register_interval,
+            offset_persist_interval,
+            stopping,
+        }))
     }
 
-    /// Brings the delay, timer and transaction progress in line with the recovered store
-    /// before anything is served: progress saved past a log that a power loss cut short is
-    /// pulled back, and the transaction bookkeeping is rebuilt so that an END_TRANSACTION
-    /// arriving first still sees which half messages are decided.
-    fn reconcile_progress(&self) {
-        for level in 1..=self.delay_levels.len() as i32 {
-            self.schedule.clamp(
-                level,
-                self.store.max_offset(topics::SCHEDULE_TOPIC, level - 1),
-            );
-        }
-        self.timer
-            .clamp(self.store.max_offset(topics::TIMER_TOPIC, 0));
-        self.transactions
-            .clamp(self.store.max_offset(topics::TRANS_HALF_TOPIC, 0));
-        self.scan_transactions();
+    /// The message store.
+    pub fn store(&self) -> &Arc<MessageStore> {
+        &self.store
+    }
+
+    /// The traffic counters.
+    pub fn stats(&self) -> &BrokerStats {
+        &self.stats
+    }
+
+    /// The committed consumer offsets.
+    pub fn offsets(&self) -> &ConsumerOffsetManager {
+        &self.offsets
     }
 
     /// The broker's advertised address.
@@ -264,25 +325,12 @@ impl Broker {
 
     /// True once a registration with some name server succeeded.
     pub fn is_registered(&self) -> bool {
-        self.registered.load(Ordering::Acquire)
+        self.registrar.is_registered()
     }
 
-    /// The group's config (created on first use when allowed), or the error response.
-    pub(crate) fn group_config(
-        &self,
-        req: &RemotingCommand,
-        group: &str,
-    ) -> Result<groups::SubscriptionGroupConfig, RemotingCommand> {
-        self.groups
-            .find_or_create(group)
-            .map_err(|e| error_response(req, resp::SYSTEM_ERROR, e.to_string()))?
-            .ok_or_else(|| {
-                error_response(
-                    req,
-                    resp::SUBSCRIPTION_GROUP_NOT_EXIST,
-                    format!("subscription group [{group}] does not exist"),
-                )
-            })
+    /// True when the store uses SYNC_FLUSH.
+    pub fn sync_flush(&self) -> bool {
+        durability::sync_flush(&self.store)
     }
 
     /// Begins stopping: long polls in flight are answered right away instead of holding the
@@ -291,88 +339,90 @@ impl Broker {
         self.stopping.cancel();
     }
 
-    /// Under SYNC_FLUSH, waits (at most the store's flush timeout) until the CommitLog is
-    /// durable up to `end`; `false` on timeout. Always `true` under ASYNC_FLUSH.
-    pub(crate) async fn durable(&self, end: u64) -> bool {
-        if !self.sync_flush() {
-            return true;
-        }
-        let mut rx = self.store.request_flush(end);
-        let timeout = self.store.config().sync_flush_timeout;
-        let flushed = tokio::time::timeout(timeout, rx.wait_for(|f| *f >= end)).await;
-        matches!(flushed, Ok(Ok(_)))
-    }
-
-    /// True when the store uses SYNC_FLUSH.
-    pub fn sync_flush(&self) -> bool {
-        self.store.config().flush_mode == FlushMode::Sync
-    }
-
     /// Runs registration, client expiry and offset persistence until `shutdown`, then
-    /// unregisters, persists offsets and closes the store.
+    /// unregisters and persists offsets.
     pub async fn run_background(self: Arc<Self>, shutdown: CancellationToken) {
-        let register_every =
-            Duration::from_millis(self.config.register_interval_ms.clamp(1_000, 60_000));
-        let persist_every = Duration::from_millis(self.config.offset_persist_interval_ms.max(100));
-        let mut register_tick = tokio::time::interval(register_every);
-        let mut persist_tick = tokio::time::interval(persist_every);
+        let mut register_tick = tokio::time::interval(self.register_interval);
+        let mut persist_tick = tokio::time::interval(self.offset_persist_interval);
         let mut expiry_tick = tokio::time::interval(Duration::from_secs(10));
         loop {
             tokio::select! {
-                _ = register_tick.tick() => self.register_all().await,
-                _ = persist_tick.tick() => {
-                    if let Err(e) = self.offsets.persist() {
-                        tracing::error!(error = %e, "persisting consumer offsets failed");
-                    }
-                }
+                _ = register_tick.tick() => self.registrar.register_all().await,
+                _ = persist_tick.tick() => self.persist_offsets(),
                 _ = expiry_tick.tick() => self.clients.expire(Instant::now(), clients::CLIENT_EXPIRY),
                 _ = shutdown.cancelled() => break,
             }
         }
-        self.unregister_all().await;
-        if let Err(e) = self.offsets.persist() {
-            tracing::error!(error = %e, "persisting consumer offsets failed");
-        }
+        self.registrar.unregister_all().await;
+        self.persist_offsets();
     }
 
-    /// Flushes and closes the store (after the servers stopped).
+    /// Runs the delay-level delivery until `shutdown`.
+    pub async fn run_schedule(self: Arc<Self>, shutdown: CancellationToken) {
+        self.schedule.clone().run(shutdown).await
+    }
+
+    /// Runs the timer-message delivery until `shutdown`.
+    pub async fn run_timer(self: Arc<Self>, shutdown: CancellationToken) {
+        self.timer.clone().run(shutdown).await
+    }
+
+    /// Runs the transaction check-backs until `shutdown`.
+    pub async fn run_transaction_checks(self: Arc<Self>, shutdown: CancellationToken) {
+        self.transactions.clone().run_checks(shutdown).await
+    }
+
+    /// Persists offsets, then flushes and closes the store (after the servers stopped).
     pub fn close(&self) {
-        if let Err(e) = self.offsets.persist() {
-            tracing::error!(error = %e, "persisting consumer offsets failed");
-        }
+        self.persist_offsets();
         if let Err(e) = self.store.shutdown() {
             tracing::error!(error = %e, "store shutdown failed");
         }
     }
 
-    fn version_response(req: &RemotingCommand, code: i32) -> RemotingCommand {
-        let mut r = RemotingCommand::response_to(req, code);
-        r.version = version::CURRENT;
-        r
+    fn persist_offsets(&self) {
+        if let Err(e) = self.offsets.persist() {
+            tracing::error!(error = %e, "persisting consumer offsets failed");
+        }
     }
 
-    async fn dispatch(self: &Arc<Self>, conn: &Connection, req: &RemotingCommand) -> Reply {
+    /// The dispatch table: which service answers which request code.
+    async fn dispatch(&self, conn: &Connection, req: &RemotingCommand) -> Reply {
         match req.code {
             rc::SEND_MESSAGE | rc::SEND_MESSAGE_V2 | rc::SEND_BATCH_MESSAGE => {
-                self.send(conn, req).await
+                self.send.handle(conn, req).await
             }
-            rc::PULL_MESSAGE | rc::LITE_PULL_MESSAGE => self.pull(req).await,
-            rc::HEART_BEAT => self.heartbeat(conn, req).await,
-            rc::UNREGISTER_CLIENT => self.unregister_client(conn, req),
-            rc::GET_CONSUMER_LIST_BY_GROUP => self.consumer_list(req),
-            rc::QUERY_CONSUMER_OFFSET => self.query_consumer_offset(req),
-            rc::UPDATE_CONSUMER_OFFSET => self.update_consumer_offset(req),
-            rc::GET_MAX_OFFSET => self.max_offset(req),
-            rc::GET_MIN_OFFSET => self.min_offset(req),
-            rc::SEARCH_OFFSET_BY_TIMESTAMP => self.search_offset(req),
-            rc::GET_EARLIEST_MSG_STORETIME => self.earliest_msg_store_time(req),
-            rc::VIEW_MESSAGE_BY_ID => self.view_message(req),
-            rc::QUERY_MESSAGE => self.query_message(req),
-            rc::CHECK_CLIENT_CONFIG => self.check_client_config(req),
-            rc::LOCK_BATCH_MQ | rc::UNLOCK_BATCH_MQ => self.lock_batch(req),
-            rc::CONSUMER_SEND_MSG_BACK => self.send_back(req).await,
-            rc::END_TRANSACTION => self.end_transaction(req).await,
-            code if admin::handles(code) => self.admin(conn, req).await,
+            rc::CONSUMER_SEND_MSG_BACK => self.send_back.handle(req).await,
+            rc::PULL_MESSAGE | rc::LITE_PULL_MESSAGE => self.pull.handle(req).await,
+            rc::HEART_BEAT => self.client_requests.heartbeat(conn, req).await,
+            rc::UNREGISTER_CLIENT => self.client_requests.unregister_client(conn, req),
+            rc::GET_CONSUMER_LIST_BY_GROUP => self.client_requests.consumer_list(req),
+            rc::LOCK_BATCH_MQ | rc::UNLOCK_BATCH_MQ => self.client_requests.lock_batch(req),
+            rc::CHECK_CLIENT_CONFIG => self.client_requests.check_client_config(req),
+            rc::QUERY_CONSUMER_OFFSET => self.offset_requests.query_consumer_offset(req),
+            rc::UPDATE_CONSUMER_OFFSET => self.offset_requests.update_consumer_offset(req),
+            rc::GET_MAX_OFFSET => self.offset_requests.max_offset(req),
+            rc::GET_MIN_OFFSET => self.offset_requests.min_offset(req),
+            rc::SEARCH_OFFSET_BY_TIMESTAMP => self.offset_requests.search_offset(req),
+            rc::GET_EARLIEST_MSG_STORETIME => self.offset_requests.earliest_msg_store_time(req),
+            rc::VIEW_MESSAGE_BY_ID => self.query.view_message(req),
+            rc::QUERY_MESSAGE => self.query.query_message(req),
+            rc::END_TRANSACTION => self.transactions.end_transaction(req).await,
+            rc::UPDATE_AND_CREATE_TOPIC => self.admin.create_topic(req).await,
+            rc::DELETE_TOPIC_IN_BROKER => self.admin.delete_topic(req).await,
+            rc::GET_ALL_TOPIC_CONFIG => self.admin.all_topic_config(req),
+            rc::GET_TOPIC_CONFIG => self.admin.topic_config(req),
+            rc::GET_BROKER_CONFIG => self.admin.broker_config(req),
+            rc::GET_BROKER_RUNTIME_INFO => self.admin.runtime_info(req),
+            rc::GET_TOPIC_STATS_INFO => self.admin.topic_stats(req),
+            rc::GET_CONSUME_STATS => self.admin.consume_stats(req),
+            rc::GET_CONSUMER_CONNECTION_LIST => self.admin.consumer_connections(req),
+            rc::UPDATE_AND_CREATE_SUBSCRIPTIONGROUP => self.admin.upsert_group(req),
+            rc::GET_SUBSCRIPTIONGROUP_CONFIG => self.admin.group_config(req),
+            rc::GET_ALL_SUBSCRIPTIONGROUP_CONFIG => self.admin.all_group_config(req),
+            rc::DELETE_SUBSCRIPTIONGROUP => self.admin.delete_group(req),
+            rc::QUERY_TOPIC_CONSUME_BY_WHO => self.admin.topic_consumed_by(req),
+            rc::QUERY_TOPICS_BY_CONSUMER => self.admin.topics_consumed_by(req),
             _ => Err(not_supported(req)),
         }
     }
@@ -406,36 +456,4 @@ impl Processor for Broker {
             _ => false,
         }
     }
-}
-
-/// Moves a message into a system topic until it may be delivered, keeping its destination
-/// in REAL_TOPIC/REAL_QID (delay levels, timers, transactional half messages).
-pub(crate) fn park(m: &mut StoredMessage, system_topic: &str, queue_id: i32) {
-    m.properties.insert(keys::REAL_TOPIC, m.topic.clone());
-    m.properties
-        .insert(keys::REAL_QUEUE_ID, m.queue_id.to_string());
-    m.topic = system_topic.to_string();
-    m.queue_id = queue_id;
-}
-
-/// Restores a parked message's real topic and queue; `false` if it carries none.
-pub(crate) fn unpark(m: &mut StoredMessage) -> bool {
-    let (Some(topic), Some(queue)) = (
-        m.properties.get(keys::REAL_TOPIC).map(str::to_string),
-        m.properties
-            .get(keys::REAL_QUEUE_ID)
-            .and_then(|q| q.parse::<i32>().ok()),
-    ) else {
-        return false;
-    };
-    m.properties.remove(keys::REAL_TOPIC);
-    m.properties.remove(keys::REAL_QUEUE_ID);
-    m.topic = topic;
-    m.queue_id = queue;
-    true
-}
-
-/// Shorthand for a success response.
-pub(crate) fn ok(req: &RemotingCommand) -> RemotingCommand {
-    Broker::version_response(req, resp::SUCCESS)
 }

@@ -19,8 +19,11 @@ struct Persisted {
 
 /// Committed consumer offsets.
 pub struct ConsumerOffsetManager {
+    /// `config/consumerOffset.json`.
     file: ConfigFile,
+    /// `topic@group` → queue id → committed offset.
     table: Mutex<HashMap<String, HashMap<i32, i64>>>,
+    /// Set by every commit, cleared by a successful persist: idle brokers write nothing.
     dirty: AtomicBool,
 }
 

@@ -1,22 +1,27 @@
-//! PULL_MESSAGE (11) and LITE_PULL_MESSAGE (361): check the group, topic and subscription,
-//! store a piggy-backed offset commit, read from the store with tag filtering and, when
-//! nothing is there yet, hold the request until a message arrives or the client's suspend
-//! timeout passes (docs/protocol.md §6.5).
+//! PullMessageProcessor: PULL_MESSAGE (11) and LITE_PULL_MESSAGE (361). Check the group, topic
+//! and subscription, store a piggy-backed offset commit, read from the store with tag filtering
+//! and, when nothing is there yet, hold the request until a message arrives or the client's
+//! suspend timeout passes (docs/protocol.md §6.5).
 
-use std::collections::HashSet;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 use conveyor_protocol::code::response_code as resp;
 use conveyor_protocol::command::RemotingCommand;
-use conveyor_protocol::message::{keys, tag_hash_code, RecordView};
+use conveyor_protocol::header::PullMessageHeader;
 use conveyor_protocol::route::{perm, EXPRESSION_TYPE_SQL92};
-use conveyor_store::{CqEntry, GetResult, GetStatus, MessageFilter};
+use conveyor_store::{GetResult, GetStatus, MessageStore};
+use tokio_util::sync::CancellationToken;
 
-use super::{bad_header, ok, Broker, Reply};
-use crate::remoting::error_response;
+use super::clients::ClientManager;
+use super::filter::TagFilter;
+use super::groups::SubscriptionGroupManager;
+use super::hold::PullHold;
+use super::offsets::ConsumerOffsetManager;
+use super::reply::{bad_header, error_response, ok, Reply};
+use super::stats::BrokerStats;
+use super::topics::TopicConfigManager;
 
 /// PullSysFlag bits.
 mod pull_flag {
@@ -32,53 +37,6 @@ const DEFAULT_PULL_BYTES: usize = 256 << 10;
 const MAX_PULL_BYTES: usize = 4 << 20;
 /// Longest hold a client may ask for.
 const MAX_SUSPEND: Duration = Duration::from_secs(60);
-
-/// A tag subscription: `*` (everything) or `TagA || TagB`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TagFilter {
-    all: bool,
-    tags: HashSet<String>,
-    codes: HashSet<i64>,
-}
-
-impl TagFilter {
-    /// Parses a subscription expression.
-    pub fn parse(expression: &str) -> Self {
-        let expression = expression.trim();
-        if expression.is_empty() || expression == "*" {
-            return Self {
-                all: true,
-                tags: HashSet::new(),
-                codes: HashSet::new(),
-            };
-        }
-        let tags: HashSet<String> = expression
-            .split("||")
-            .map(str::trim)
-            .filter(|t| !t.is_empty())
-            .map(str::to_string)
-            .collect();
-        let codes = tags.iter().map(|t| tag_hash_code(t)).collect();
-        Self {
-            all: tags.is_empty(),
-            tags,
-            codes,
-        }
-    }
-}
-
-impl MessageFilter for TagFilter {
-    fn matches_entry(&self, entry: &CqEntry) -> bool {
-        self.all || self.codes.contains(&entry.tag_code)
-    }
-    fn matches_record(&self, record: &RecordView<'_>) -> bool {
-        // The hash matched; check the tag itself so colliding tags are not delivered.
-        self.all
-            || record
-                .property(keys::TAGS)
-                .is_some_and(|t| self.tags.contains(t))
-    }
-}
 
 /// The PULL response code and next offset for a store result (the mapping table of §6.5).
 pub fn pull_code(r: &GetResult, requested: i64) -> (i32, i64) {
@@ -100,29 +58,81 @@ pub fn pull_code(r: &GetResult, requested: i64) -> (i32, i64) {
     }
 }
 
-impl Broker {
+/// What a PullMessageProcessor needs from the rest of the broker.
+pub struct PullDeps {
+    /// Where messages are read.
+    pub store: Arc<MessageStore>,
+    /// Topic permissions and queue counts.
+    pub topics: Arc<TopicConfigManager>,
+    /// Whether a group may consume.
+    pub groups: Arc<SubscriptionGroupManager>,
+    /// Subscriptions registered by heartbeats.
+    pub clients: Arc<ClientManager>,
+    /// Piggy-backed offset commits.
+    pub offsets: Arc<ConsumerOffsetManager>,
+    /// Where held pulls wait for arrivals.
+    pub hold: Arc<PullHold>,
+    /// Counts delivered messages.
+    pub stats: Arc<BrokerStats>,
+    /// Cancelled when the broker begins to stop.
+    pub stopping: CancellationToken,
+}
+
+/// PULL_MESSAGE and LITE_PULL_MESSAGE.
+pub struct PullMessageProcessor {
+    /// Where messages are read.
+    store: Arc<MessageStore>,
+    /// Topic permissions and queue counts.
+    topics: Arc<TopicConfigManager>,
+    /// Whether a group may consume (created on first use when allowed).
+    groups: Arc<SubscriptionGroupManager>,
+    /// Subscriptions registered by heartbeats (pulls without the SUBSCRIPTION flag).
+    clients: Arc<ClientManager>,
+    /// Piggy-backed offset commits are stored here.
+    offsets: Arc<ConsumerOffsetManager>,
+    /// Where held pulls wait for arrivals.
+    hold: Arc<PullHold>,
+    /// Counts delivered messages.
+    stats: Arc<BrokerStats>,
+    /// Cancelled when the broker begins to stop: held pulls answer at once.
+    stopping: CancellationToken,
+    /// Only a master (broker id 0) stores piggy-backed commits, as in RocketMQ.
+    commits_offsets: bool,
+}
+
+impl PullMessageProcessor {
+    /// A processor over the broker's services; `broker_id` 0 is a master.
+    pub fn new(broker_id: i64, deps: PullDeps) -> Self {
+        Self {
+            store: deps.store,
+            topics: deps.topics,
+            groups: deps.groups,
+            clients: deps.clients,
+            offsets: deps.offsets,
+            hold: deps.hold,
+            stats: deps.stats,
+            stopping: deps.stopping,
+            commits_offsets: broker_id == 0,
+        }
+    }
+
     /// Handles PULL_MESSAGE and LITE_PULL_MESSAGE.
-    pub(crate) async fn pull(self: &Arc<Self>, req: &RemotingCommand) -> Reply {
-        let bad = bad_header(req);
-        let group = req.get_str("consumerGroup").map_err(&bad)?;
-        let topic = req.get_str("topic").map_err(&bad)?;
-        let queue_id = req.get_i32("queueId").map_err(&bad)?;
-        let offset = req.get_i64("queueOffset").map_err(&bad)?;
-        let max_nums = req.get_i32_opt("maxMsgNums").map_err(&bad)?.unwrap_or(32);
-        let sys_flag = req.get_i32_opt("sysFlag").map_err(&bad)?.unwrap_or(0);
-        let commit_offset = req.get_i64_opt("commitOffset").map_err(&bad)?.unwrap_or(-1);
-        let suspend_ms = req
-            .get_i64_opt("suspendTimeoutMillis")
-            .map_err(&bad)?
-            .unwrap_or(0);
-        let sub_version = req.get_i64_opt("subVersion").map_err(&bad)?.unwrap_or(0);
-        let max_bytes = req
-            .get_i32_opt("maxMsgBytes")
-            .map_err(&bad)?
+    pub async fn handle(&self, req: &RemotingCommand) -> Reply {
+        let h = PullMessageHeader::parse(req).map_err(bad_header(req))?;
+        let (group, topic, queue_id, offset) = (
+            h.consumer_group.as_str(),
+            h.topic.as_str(),
+            h.queue_id,
+            h.queue_offset,
+        );
+        let (sys_flag, commit_offset, sub_version) = (h.sys_flag, h.commit_offset, h.sub_version);
+        let suspend_ms = h.suspend_timeout_millis;
+        let max_bytes = h
+            .max_msg_bytes
             .filter(|b| *b > 0)
             .map_or(DEFAULT_PULL_BYTES, |b| (b as usize).min(MAX_PULL_BYTES));
 
-        let group_cfg = self.group_config(req, group)?;
+        let group_cfg = self.groups.require(req, group)?;
         if !group_cfg.consume_enable {
             return Err(error_response(
                 req,
@@ -152,14 +162,14 @@ impl Broker {
             ));
         }
         let filter = if sys_flag & pull_flag::SUBSCRIPTION != 0 {
-            if req.get_str_opt("expressionType") == Some(EXPRESSION_TYPE_SQL92) {
+            if h.expression_type.as_deref() == Some(EXPRESSION_TYPE_SQL92) {
                 return Err(error_response(
                     req,
                     resp::SUBSCRIPTION_PARSE_FAILED,
                     "SQL92 filtering is not supported by this broker; subscribe by tag",
                 ));
             }
-            TagFilter::parse(req.get_str_opt("subscription").unwrap_or("*"))
+            TagFilter::parse(h.subscription.as_deref().unwrap_or("*"))
         } else {
             let sub = self.clients.subscription(group, topic).ok_or_else(|| {
                 error_response(
@@ -184,14 +194,11 @@ impl Broker {
             }
             TagFilter::parse(&sub.sub_string)
         };
-        if sys_flag & pull_flag::COMMIT_OFFSET != 0
-            && commit_offset >= 0
-            && self.config.broker_id == 0
-        {
+        if sys_flag & pull_flag::COMMIT_OFFSET != 0 && commit_offset >= 0 && self.commits_offsets {
             self.offsets.commit(group, topic, queue_id, commit_offset);
         }
 
-        let max_count = (max_nums.max(1) as usize).min(MAX_PULL_COUNT);
+        let max_count = (h.max_msg_nums.max(1) as usize).min(MAX_PULL_COUNT);
         let may_hold = sys_flag & pull_flag::SUSPEND != 0 && suspend_ms > 0;
         let deadline =
             Instant::now() + Duration::from_millis(suspend_ms.max(0) as u64).min(MAX_SUSPEND);
@@ -244,12 +251,7 @@ impl Broker {
                 body.extend_from_slice(m);
             }
             response.body = body.freeze();
-            self.stats
-                .messages_out
-                .fetch_add(r.messages.len() as u64, Ordering::Relaxed);
-            self.stats
-                .bytes_out
-                .fetch_add(total as u64, Ordering::Relaxed);
+            self.stats.record_out(r.messages.len(), total);
         }
         response
     }
@@ -258,25 +260,6 @@ impl Broker {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn subscription_expressions() {
-        assert!(TagFilter::parse("*").all);
-        assert!(TagFilter::parse("").all);
-        let f = TagFilter::parse("TagA || TagB ||");
-        assert!(!f.all);
-        assert_eq!(f.tags.len(), 2);
-        assert!(f.matches_entry(&CqEntry {
-            physical_offset: 0,
-            size: 1,
-            tag_code: tag_hash_code("TagB")
-        }));
-        assert!(!f.matches_entry(&CqEntry {
-            physical_offset: 0,
-            size: 1,
-            tag_code: tag_hash_code("TagC")
-        }));
-    }
 
     fn result(status: GetStatus, next: i64) -> GetResult {
         GetResult {

@@ -1,7 +1,10 @@
-//! Registration with the name servers (docs/protocol.md §9.2, §9.3): every interval, right after
-//! a topic is created, and an UNREGISTER_BROKER on clean shutdown.
+//! NameServerRegistrar (RocketMQ's BrokerOuterAPI registration): tells every name server
+//! which topics this broker serves (docs/protocol.md §9.2, §9.3) — every interval, right
+//! after a topic is created or deleted, and an UNREGISTER_BROKER on clean shutdown. Routes
+//! clients see come from here, so whoever changes the topic table asks for a registration.
 
-use std::sync::atomic::Ordering;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -10,12 +13,57 @@ use conveyor_protocol::command::RemotingCommand;
 use conveyor_protocol::json;
 use conveyor_protocol::route::{RegisterBrokerBody, TopicConfigSerializeWrapper};
 
-use super::Broker;
+use super::config::BrokerConfig;
+use super::topics::TopicConfigManager;
+use crate::remoting::Link;
 
 /// RocketMQ's register timeout.
 const REGISTER_TIMEOUT: Duration = Duration::from_secs(24);
 
-impl Broker {
+/// Registration with the name servers.
+pub struct NameServerRegistrar {
+    /// `clusterName`.
+    cluster_name: String,
+    /// `brokerName`.
+    broker_name: String,
+    /// `brokerId` (0 = master).
+    broker_id: i64,
+    /// `brokerAddr`: the address clients use.
+    advertised_addr: String,
+    /// `haServerAddr`: the advertised host, port + 1 (RocketMQ's convention).
+    ha_addr: String,
+    /// One link per name server.
+    namesrvs: Vec<Link>,
+    /// The table whose topics are registered.
+    topics: Arc<TopicConfigManager>,
+    /// True once a registration with some name server succeeded (readiness).
+    registered: AtomicBool,
+}
+
+impl NameServerRegistrar {
+    /// A registrar for this broker's identity; links connect on first use.
+    pub fn new(
+        config: &BrokerConfig,
+        store_host: SocketAddr,
+        topics: Arc<TopicConfigManager>,
+    ) -> Self {
+        Self {
+            cluster_name: config.cluster_name.clone(),
+            broker_name: config.broker_name.clone(),
+            broker_id: config.broker_id,
+            advertised_addr: config.advertised_addr.clone(),
+            ha_addr: format!("{}:{}", store_host.ip(), store_host.port().wrapping_add(1)),
+            namesrvs: config.namesrv_addrs.iter().map(Link::new).collect(),
+            topics,
+            registered: AtomicBool::new(false),
+        }
+    }
+
+    /// True once a registration with some name server succeeded.
+    pub fn is_registered(&self) -> bool {
+        self.registered.load(Ordering::Acquire)
+    }
+
     fn register_request(&self) -> Option<RemotingCommand> {
         let (table, data_version) = self.topics.snapshot();
         let body = RegisterBrokerBody {
@@ -34,18 +82,13 @@ impl Broker {
             }
         };
         let crc = conveyor_protocol::message::body_crc(&body);
-        let ha_addr = format!(
-            "{}:{}",
-            self.store_host.ip(),
-            self.store_host.port().wrapping_add(1)
-        );
         Some(
             RemotingCommand::request(rc::REGISTER_BROKER, Default::default())
-                .with_ext("brokerName", &self.config.broker_name)
-                .with_ext("brokerAddr", &self.config.advertised_addr)
-                .with_ext("clusterName", &self.config.cluster_name)
-                .with_ext("haServerAddr", ha_addr)
-                .with_ext("brokerId", self.config.broker_id)
+                .with_ext("brokerName", &self.broker_name)
+                .with_ext("brokerAddr", &self.advertised_addr)
+                .with_ext("clusterName", &self.cluster_name)
+                .with_ext("haServerAddr", &self.ha_addr)
+                .with_ext("brokerId", self.broker_id)
                 .with_ext("compressed", "false")
                 .with_ext("bodyCrc32", crc)
                 .with_body(body),
@@ -53,7 +96,7 @@ impl Broker {
     }
 
     /// Registers with every name server concurrently; logs failures.
-    pub async fn register_all(self: &Arc<Self>) {
+    pub async fn register_all(&self) {
         let Some(request) = self.register_request() else {
             return;
         };
@@ -75,7 +118,7 @@ impl Broker {
         });
         let results = futures_util::future::join_all(calls).await;
         if results.iter().any(|ok| *ok) && !self.registered.swap(true, Ordering::AcqRel) {
-            tracing::info!(broker = %self.config.advertised_addr, "registered with the name server(s)");
+            tracing::info!(broker = %self.advertised_addr, "registered with the name server(s)");
         }
     }
 
@@ -85,12 +128,13 @@ impl Broker {
         tokio::spawn(async move { me.register_all().await });
     }
 
-    pub(crate) async fn unregister_all(&self) {
+    /// Unregisters from every name server and closes the links (clean shutdown).
+    pub async fn unregister_all(&self) {
         let request = RemotingCommand::request(rc::UNREGISTER_BROKER, Default::default())
-            .with_ext("brokerName", &self.config.broker_name)
-            .with_ext("brokerAddr", &self.config.advertised_addr)
-            .with_ext("clusterName", &self.config.cluster_name)
-            .with_ext("brokerId", self.config.broker_id);
+            .with_ext("brokerName", &self.broker_name)
+            .with_ext("brokerAddr", &self.advertised_addr)
+            .with_ext("clusterName", &self.cluster_name)
+            .with_ext("brokerId", self.broker_id);
         for link in &self.namesrvs {
             if let Err(e) = link.call(request.clone(), Duration::from_secs(3)).await {
                 tracing::debug!(namesrv = link.addr(), error = %e, "unregister failed");

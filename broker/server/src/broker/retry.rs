@@ -1,31 +1,71 @@
-//! CONSUMER_SEND_MSG_BACK (36): a consumer failed to process a message. The broker re-reads
-//! the original by its commit-log offset and stores a copy in `%RETRY%<group>` with a growing
-//! delay level (3 + reconsume times) so it comes back later, or, past the group's max
-//! reconsume times, parks it in `%DLQ%<group>` (docs/protocol.md §6.7).
+//! SendMsgBackProcessor: CONSUMER_SEND_MSG_BACK (36). A consumer failed to process a message.
+//! The broker re-reads the original by its commit-log offset and stores a copy in
+//! `%RETRY%<group>` with a growing delay level (3 + reconsume times) so it comes back later,
+//! or, past the group's max reconsume times, parks it in `%DLQ%<group>` (docs/protocol.md
+//! §6.7).
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 use conveyor_protocol::code::{response_code as resp, version};
 use conveyor_protocol::command::RemotingCommand;
+use conveyor_protocol::header::consumer::ConsumerSendMsgBackRequestHeader;
 use conveyor_protocol::message::{keys, offset_msg_id, RecordView};
+use conveyor_protocol::time::now_ms;
+use conveyor_store::MessageStore;
 use rand::Rng;
 
-use super::send::store_error_response;
-use super::topics;
-use super::{bad_header, ok, Broker, Reply};
-use crate::remoting::error_response;
+use super::durability::durable;
+use super::groups::SubscriptionGroupManager;
+use super::parking::ParkingRules;
+use super::register::NameServerRegistrar;
+use super::reply::{bad_header, error_response, ok, store_error_response, Reply};
+use super::topics::{self, TopicConfigManager};
 
-impl Broker {
+/// CONSUMER_SEND_MSG_BACK.
+pub struct SendMsgBackProcessor {
+    /// Where the original is read and the copy appended.
+    store: Arc<MessageStore>,
+    /// Retry and dead-letter topics are created here.
+    topics: Arc<TopicConfigManager>,
+    /// Retry queues and max reconsume times per group.
+    groups: Arc<SubscriptionGroupManager>,
+    /// Told when a retry or dead-letter topic was created.
+    registrar: Arc<NameServerRegistrar>,
+    /// The copy is parked on its delay level like any delayed send.
+    parking: ParkingRules,
+    /// STOREHOST of the copy.
+    store_host: SocketAddr,
+}
+
+impl SendMsgBackProcessor {
+    /// A processor over the broker's services.
+    pub fn new(
+        store: Arc<MessageStore>,
+        topics: Arc<TopicConfigManager>,
+        groups: Arc<SubscriptionGroupManager>,
+        registrar: Arc<NameServerRegistrar>,
+        parking: ParkingRules,
+        store_host: SocketAddr,
+    ) -> Self {
+        Self {
+            store,
+            topics,
+            groups,
+            registrar,
+            parking,
+            store_host,
+        }
+    }
+
     /// Handles CONSUMER_SEND_MSG_BACK.
-    pub(crate) async fn send_back(self: &Arc<Self>, req: &RemotingCommand) -> Reply {
-        let bad = bad_header(req);
-        let offset = req.get_i64("offset").map_err(&bad)?;
-        let group = req.get_str("group").map_err(&bad)?;
-        let delay_level = req.get_i32_opt("delayLevel").map_err(&bad)?.unwrap_or(0);
-        let origin_msg_id = req.get_str_opt("originMsgId").filter(|s| !s.is_empty());
-        let header_max = req.get_i32_opt("maxReconsumeTimes").map_err(&bad)?;
+    pub async fn handle(&self, req: &RemotingCommand) -> Reply {
+        let h = ConsumerSendMsgBackRequestHeader::parse(req).map_err(bad_header(req))?;
+        let (offset, group, delay_level) = (h.offset, h.group.as_str(), h.delay_level);
+        let origin_msg_id = h.origin_msg_id.as_deref();
+        let header_max = h.max_reconsume_times;
 
-        let group_cfg = self.group_config(req, group)?;
+        let group_cfg = self.groups.require(req, group)?;
         if group_cfg.retry_queue_nums <= 0 {
             return Ok(ok(req));
         }
@@ -96,14 +136,15 @@ impl Broker {
             .ensure(&topic, queues)
             .map_err(|e| error_response(req, resp::SYSTEM_ERROR, e.to_string()))?;
         if created {
-            self.register_soon();
+            self.registrar.register_soon();
         }
         msg.topic = topic;
         msg.queue_id = rand::rng().random_range(0..config.write_queue_nums.max(1));
         msg.reconsume_times += 1;
-        msg.store_host = self.store_host();
-        self.prepare_for_store(&mut msg)
-            .map_err(|e| error_response(req, resp::MESSAGE_ILLEGAL, e))?;
+        msg.store_host = self.store_host;
+        self.parking
+            .prepare(&mut msg, now_ms())
+            .map_err(|e| error_response(req, resp::MESSAGE_ILLEGAL, e.to_string()))?;
         if to_dlq {
             tracing::info!(
                 group,
@@ -118,7 +159,7 @@ impl Broker {
         // The consumer moves its offset past the original once this is answered: under SYNC
         // flush the copy must be on disk first.
         if let Some(p) = placed.last() {
-            if !self.durable(p.physical_offset + p.size as u64).await {
+            if !durable(&self.store, p.physical_offset + p.size as u64).await {
                 return Err(error_response(
                     req,
                     resp::FLUSH_DISK_TIMEOUT,

@@ -1,6 +1,6 @@
-//! ScheduleService: delay levels (docs/protocol.md §7). A message with `DELAY=n` is stored
-//! in `SCHEDULE_TOPIC_XXXX` queue n−1 with its real destination in REAL_TOPIC/REAL_QID; one
-//! task per level reads that queue in order (a level's messages fall due in store order),
+//! ScheduleMessageService: delay levels (docs/protocol.md §7). A message with `DELAY=n` is
+//! stored in `SCHEDULE_TOPIC_XXXX` queue n−1 with its real destination in REAL_TOPIC/REAL_QID;
+//! one task per level reads that queue in order (a level's messages fall due in store order),
 //! sleeps until the head is due, and re-appends it to its real topic and queue. Progress per
 //! level is persisted in `config/delayOffset.json`, so a restart neither loses nor re-delivers
 //! early; a message delivered just before a crash may be delivered again (at-least-once).
@@ -10,16 +10,17 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use conveyor_protocol::message::{keys, RecordView, StoredMessage};
-use conveyor_protocol::sysflag;
-use conveyor_store::AcceptAll;
+use conveyor_protocol::message::{keys, RecordView};
+use conveyor_protocol::time::now_ms;
+use conveyor_store::{AcceptAll, MessageStore};
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
 use super::config_file::{ConfigFile, ConfigFileError};
-use super::now_ms;
+use super::durability::durable;
+use super::hold::PullHold;
+use super::parking::unpark;
 use super::topics::SCHEDULE_TOPIC;
-use super::Broker;
 
 #[derive(Debug, Default, Serialize, Deserialize)]
 struct Persisted {
@@ -28,14 +29,15 @@ struct Persisted {
 }
 
 /// Delivery progress per delay level.
-pub struct ScheduleProgress {
+struct ScheduleProgress {
+    /// `config/delayOffset.json`.
     file: ConfigFile,
+    /// level → next queue offset of the level's schedule queue to deliver.
     table: Mutex<BTreeMap<i32, i64>>,
 }
 
 impl ScheduleProgress {
-    /// Loads `config/delayOffset.json`.
-    pub fn load(config_dir: &Path) -> Result<Self, ConfigFileError> {
+    fn load(config_dir: &Path) -> Result<Self, ConfigFileError> {
         let file = ConfigFile::new(config_dir, "delayOffset.json");
         let p: Persisted = file.load()?.unwrap_or_default();
         Ok(Self {
@@ -60,9 +62,8 @@ impl ScheduleProgress {
             .insert(level, offset);
     }
 
-    /// Pulls a level's persisted progress back to its queue's end (see the transaction
-    /// service).
-    pub(crate) fn clamp(&self, level: i32, queue_end: i64) {
+    /// Pulls a level's persisted progress back to its queue's end.
+    fn clamp(&self, level: i32, queue_end: i64) {
         let mut t = self.table.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(o) = t.get_mut(&level) {
             *o = (*o).min(queue_end);
@@ -80,66 +81,41 @@ impl ScheduleProgress {
     }
 }
 
-impl Broker {
-    /// Parks a message that must not be visible yet, before every append: a prepared
-    /// transactional message goes to the half topic, a timer message to the timer topic, a
-    /// delay-level message to the schedule topic. Errors are for the client (bad timer).
-    pub(crate) fn prepare_for_store(&self, m: &mut StoredMessage) -> Result<(), String> {
-        let ty = sysflag::transaction_type(m.sys_flag);
-        if ty == sysflag::TRANSACTION_PREPARED_TYPE
-            || m.properties.get(keys::TRANSACTION_PREPARED) == Some("true")
-        {
-            if ty == sysflag::TRANSACTION_PREPARED_TYPE {
-                super::transaction::park_half(m);
-            }
-            return Ok(());
+/// Delivers delay-level messages when they fall due.
+pub struct ScheduleMessageService {
+    /// Where the schedule topic is read and due messages re-appended.
+    store: Arc<MessageStore>,
+    /// Wakes a level's task when its queue grows.
+    hold: Arc<PullHold>,
+    /// The delay of each level (level n at index n − 1).
+    delay_levels: Vec<Duration>,
+    /// Delivery progress per level.
+    progress: ScheduleProgress,
+}
+
+impl ScheduleMessageService {
+    /// Loads `config/delayOffset.json` and brings it in line with the recovered store:
+    /// progress saved past a log that a power loss cut short is pulled back.
+    pub fn load(
+        config_dir: &Path,
+        store: Arc<MessageStore>,
+        hold: Arc<PullHold>,
+        delay_levels: Vec<Duration>,
+    ) -> Result<Self, ConfigFileError> {
+        let progress = ScheduleProgress::load(config_dir)?;
+        for level in 1..=delay_levels.len() as i32 {
+            progress.clamp(level, store.max_offset(SCHEDULE_TOPIC, level - 1));
         }
-        if ty != sysflag::TRANSACTION_NOT_TYPE && ty != sysflag::TRANSACTION_COMMIT_TYPE {
-            return Ok(());
-        }
-        let now = now_ms();
-        if let Some(due) = super::timer::timer_due(&m.properties, now) {
-            let max = self.config.timer_max_delay_ms as i64;
-            if due.saturating_sub(now) > max {
-                return Err(format!(
-                    "timer message delay of {} ms exceeds the maximum of {max} ms",
-                    due.saturating_sub(now)
-                ));
-            }
-            if due > now {
-                m.properties
-                    .insert(super::timer::TIMER_OUT_MS, due.to_string());
-                m.properties.insert(keys::REAL_TOPIC, m.topic.clone());
-                m.properties
-                    .insert(keys::REAL_QUEUE_ID, m.queue_id.to_string());
-                m.topic = super::topics::TIMER_TOPIC.to_string();
-                m.queue_id = 0;
-            }
-            return Ok(());
-        }
-        let Some(level) = m
-            .properties
-            .get(keys::DELAY_TIME_LEVEL)
-            .and_then(|l| l.trim().parse::<i32>().ok())
-        else {
-            return Ok(());
-        };
-        if level <= 0 || self.delay_levels.is_empty() {
-            return Ok(());
-        }
-        let level = level.min(self.delay_levels.len() as i32);
-        m.properties
-            .insert(keys::DELAY_TIME_LEVEL, level.to_string());
-        m.properties.insert(keys::REAL_TOPIC, m.topic.clone());
-        m.properties
-            .insert(keys::REAL_QUEUE_ID, m.queue_id.to_string());
-        m.topic = SCHEDULE_TOPIC.to_string();
-        m.queue_id = level - 1;
-        Ok(())
+        Ok(Self {
+            store,
+            hold,
+            delay_levels,
+            progress,
+        })
     }
 
     /// Runs one delivery task per level until `shutdown`.
-    pub async fn run_schedule(self: Arc<Self>, shutdown: CancellationToken) {
+    pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
         let mut tasks = Vec::new();
         for (i, delay) in self.delay_levels.iter().enumerate() {
             let me = self.clone();
@@ -165,9 +141,9 @@ impl Broker {
 
     /// Writes the delay progress once what it counts as delivered is durable.
     async fn persist_schedule(&self) {
-        let snapshot = self.schedule.snapshot();
-        if self.durable(self.store.commit_log_max_offset()).await {
-            if let Err(e) = self.schedule.write(&snapshot) {
+        let snapshot = self.progress.snapshot();
+        if durable(&self.store, self.store.commit_log_max_offset()).await {
+            if let Err(e) = self.progress.write(&snapshot) {
                 tracing::error!(error = %e, "persisting delay progress failed");
             }
         }
@@ -181,7 +157,7 @@ impl Broker {
             let arrived = notifier.notified();
             tokio::pin!(arrived);
             arrived.as_mut().enable();
-            let mut offset = self.schedule.get(level);
+            let mut offset = self.progress.get(level);
             let r =
                 self.store
                     .get_messages(SCHEDULE_TOPIC, queue_id, offset, 32, 1 << 20, &AcceptAll);
@@ -210,7 +186,7 @@ impl Broker {
                 let max = self.store.max_offset(SCHEDULE_TOPIC, queue_id);
                 offset = offset.max(r.next_begin_offset.min(max));
             }
-            self.schedule.set(level, offset);
+            self.progress.set(level, offset);
             let wait = match head_due_in {
                 Some(w) => w,
                 // Delivered a full batch: more may be due right now.
@@ -229,7 +205,7 @@ impl Broker {
     /// Re-appends a due message to its real topic and queue.
     fn deliver(&self, view: &RecordView<'_>) -> Result<(), conveyor_store::StoreError> {
         let mut m = view.to_message()?;
-        if !super::unpark(&mut m) {
+        if !unpark(&mut m) {
             tracing::warn!("delayed message without REAL_TOPIC/REAL_QID dropped");
             return Ok(());
         }

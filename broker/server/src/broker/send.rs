@@ -1,10 +1,11 @@
-//! SEND_MESSAGE (10), SEND_MESSAGE_V2 (310) and SEND_BATCH_MESSAGE (320): validate, resolve
-//! or auto-create the topic, route retries past their limit to the dead-letter queue, stamp
-//! the broker's properties, append, and under SYNC flush answer only once the records are
-//! durable (docs/protocol.md §5.1).
+//! SendMessageProcessor: SEND_MESSAGE (10), SEND_MESSAGE_V2 (310) and SEND_BATCH_MESSAGE (320).
+//! Validate, resolve or auto-create the topic, route retries past their limit to the dead-
+//! letter queue, stamp the broker's properties, park what must wait (one decision, in
+//! `parking`), append, and under SYNC flush answer only once the records are durable
+//! (docs/protocol.md §5.1). Parked messages are delivered later by the schedule, timer and
+//! transaction services, which never come back here.
 
-use std::net::IpAddr;
-use std::sync::atomic::Ordering;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -14,35 +15,26 @@ use conveyor_protocol::code::{response_code as resp, version};
 use conveyor_protocol::command::RemotingCommand;
 use conveyor_protocol::message::{keys, offset_msg_id, Properties, StoredMessage};
 use conveyor_protocol::route::{perm, TopicConfig};
+use conveyor_protocol::time::now_ms;
 use conveyor_protocol::uniq_id::UniqIdGenerator;
-use conveyor_store::{Placement, StoreError};
+use conveyor_store::{MessageStore, Placement};
 use rand::Rng;
+use tokio::sync::Semaphore;
 
-use super::topics::{self, DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX};
-use super::{bad_header, ok, Broker, Reply};
-use crate::remoting::{error_response, Connection};
+use super::config::BrokerConfig;
+use super::durability::durable;
+use super::groups::SubscriptionGroupManager;
+use super::parking::ParkingRules;
+use super::register::NameServerRegistrar;
+use super::reply::{bad_header, error_response, ok, store_error_response, Reply};
+use super::stats::BrokerStats;
+use super::topics::{self, TopicConfigManager, DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX};
+use crate::remoting::Connection;
 
+/// Delay levels are parsed where parking is decided; re-exported for `conveyor-tools`.
+pub use super::parking::parse_delay_levels;
 /// The SEND request header (shared with the client in the protocol crate).
 pub use conveyor_protocol::header::SendMessageHeader as SendHeader;
-
-/// Parses RocketMQ's delay level string ("1s 5s 10s 30s 1m … 2h") into durations.
-pub fn parse_delay_levels(levels: &str) -> Vec<Duration> {
-    levels
-        .split_whitespace()
-        .filter_map(|l| {
-            let (num, unit) = l.split_at(l.find(|c: char| !c.is_ascii_digit())?);
-            let n: u64 = num.parse().ok()?;
-            let secs = match unit {
-                "s" => n,
-                "m" => n * 60,
-                "h" => n * 3600,
-                "d" => n * 86_400,
-                _ => return None,
-            };
-            Some(Duration::from_secs(secs))
-        })
-        .collect()
-}
 
 /// A UNIQ_KEY message id in the Java client's layout (§4.6) for a message that arrives
 /// without one; one generator per process, keyed by the broker's address.
@@ -51,22 +43,69 @@ pub fn new_uniq_id(ip: IpAddr) -> String {
     GENERATOR.get_or_init(|| UniqIdGenerator::new(ip)).next_id()
 }
 
-/// Maps a store error to the RocketMQ response code clients understand.
-pub fn store_error_response(req: &RemotingCommand, e: &StoreError) -> RemotingCommand {
-    let code = match e {
-        StoreError::MessageTooLarge { .. } | StoreError::InvalidMessage(_) => resp::MESSAGE_ILLEGAL,
-        StoreError::InvalidTopic { .. } => resp::INVALID_PARAMETER,
-        StoreError::DiskFull(_) | StoreError::ShutDown => resp::SERVICE_NOT_AVAILABLE,
-        StoreError::InvalidConfig(_) => resp::INVALID_PARAMETER,
-        _ => resp::SYSTEM_ERROR,
-    };
-    error_response(req, code, e.to_string())
+/// What a SendMessageProcessor needs from the rest of the broker.
+pub struct SendDeps {
+    /// Where messages are appended.
+    pub store: Arc<MessageStore>,
+    /// Topic lookup and auto-creation.
+    pub topics: Arc<TopicConfigManager>,
+    /// Retry limits of consumer groups.
+    pub groups: Arc<SubscriptionGroupManager>,
+    /// Told when a send created a topic.
+    pub registrar: Arc<NameServerRegistrar>,
+    /// Counts stored messages.
+    pub stats: Arc<BrokerStats>,
+    /// Delay-level and timer rules.
+    pub parking: ParkingRules,
 }
 
-impl Broker {
+/// SEND_MESSAGE, SEND_MESSAGE_V2 and SEND_BATCH_MESSAGE.
+pub struct SendMessageProcessor {
+    /// Where messages are appended.
+    store: Arc<MessageStore>,
+    /// Topic lookup and auto-creation.
+    topics: Arc<TopicConfigManager>,
+    /// Retry limits of consumer groups (DLQ redirection).
+    groups: Arc<SubscriptionGroupManager>,
+    /// Told when a send created a topic, so routes follow.
+    registrar: Arc<NameServerRegistrar>,
+    /// Counts stored messages.
+    stats: Arc<BrokerStats>,
+    /// Where delayed, timer and half messages are parked.
+    parking: ParkingRules,
+    /// Sends in flight; a send that waits longer than `send_queue_wait` for one is refused.
+    slots: Semaphore,
+    /// `send_queue_wait_ms`.
+    send_queue_wait: Duration,
+    /// `auto_create_topic`.
+    auto_create_topic: bool,
+    /// Stamped into every message's CLUSTER property.
+    cluster_name: String,
+    /// STOREHOST of the records and the address in their offset message ids.
+    store_host: SocketAddr,
+}
+
+impl SendMessageProcessor {
+    /// A processor over the broker's services.
+    pub fn new(config: &BrokerConfig, store_host: SocketAddr, deps: SendDeps) -> Self {
+        Self {
+            store: deps.store,
+            topics: deps.topics,
+            groups: deps.groups,
+            registrar: deps.registrar,
+            stats: deps.stats,
+            parking: deps.parking,
+            slots: Semaphore::new(config.max_sends_in_flight),
+            send_queue_wait: Duration::from_millis(config.send_queue_wait_ms),
+            auto_create_topic: config.auto_create_topic,
+            cluster_name: config.cluster_name.clone(),
+            store_host,
+        }
+    }
+
     /// Finds the topic, creating it when the rules allow (§5.1 step 2).
-    pub(crate) fn resolve_send_topic(
-        self: &Arc<Self>,
+    fn resolve_send_topic(
+        &self,
         req: &RemotingCommand,
         h: &SendHeader,
     ) -> Result<TopicConfig, RemotingCommand> {
@@ -81,7 +120,7 @@ impl Broker {
             Some(self.topics.ensure(&h.topic, queues).map(|(t, _)| t))
         } else if h.topic.starts_with(DLQ_GROUP_TOPIC_PREFIX) {
             Some(self.topics.ensure(&h.topic, 1).map(|(t, _)| t))
-        } else if self.config.auto_create_topic {
+        } else if self.auto_create_topic {
             self.topics
                 .create_from_template(&h.topic, &h.default_topic, h.default_topic_queue_nums)
                 .transpose()
@@ -90,7 +129,7 @@ impl Broker {
         };
         match created {
             Some(Ok(t)) => {
-                self.register_soon();
+                self.registrar.register_soon();
                 Ok(t)
             }
             Some(Err(e)) => Err(error_response(req, resp::SYSTEM_ERROR, e.to_string())),
@@ -100,7 +139,7 @@ impl Broker {
                 format!(
                     "topic[{}] not exist, apply first please! (auto-creation is {})",
                     h.topic,
-                    if self.config.auto_create_topic {
+                    if self.auto_create_topic {
                         "on but the default topic does not allow it"
                     } else {
                         "disabled"
@@ -124,7 +163,7 @@ impl Broker {
         else {
             return Ok(());
         };
-        let group_cfg = self.group_config(req, &group)?;
+        let group_cfg = self.groups.require(req, &group)?;
         let max = match h.max_reconsume_times {
             Some(m) if req.version >= version::V3_4_9 => m,
             _ => group_cfg.retry_max_times,
@@ -147,10 +186,9 @@ impl Broker {
     }
 
     /// Handles SEND_MESSAGE, SEND_MESSAGE_V2 and SEND_BATCH_MESSAGE.
-    pub(crate) async fn send(self: &Arc<Self>, conn: &Connection, req: &RemotingCommand) -> Reply {
-        let wait = Duration::from_millis(self.config.send_queue_wait_ms);
+    pub async fn handle(&self, conn: &Connection, req: &RemotingCommand) -> Reply {
         let _slot =
-            match tokio::time::timeout(wait, self.send_slots.acquire()).await {
+            match tokio::time::timeout(self.send_queue_wait, self.slots.acquire()).await {
                 Ok(Ok(permit)) => permit,
                 _ => return Err(error_response(
                     req,
@@ -206,9 +244,11 @@ impl Broker {
         } else {
             vec![self.message(&h, conn, h.flag, req.body.clone(), props)]
         };
+        let now = now_ms();
         for m in &mut messages {
-            self.prepare_for_store(m)
-                .map_err(|e| error_response(req, resp::MESSAGE_ILLEGAL, e))?;
+            self.parking
+                .prepare(m, now)
+                .map_err(|e| error_response(req, resp::MESSAGE_ILLEGAL, e.to_string()))?;
         }
         let (placements, _) = self
             .store
@@ -218,17 +258,12 @@ impl Broker {
         if let Some(last) = placements.last() {
             let end = last.physical_offset + last.size as u64;
             let wait = messages[0].properties.get(keys::WAIT_STORE_MSG_OK) != Some("false");
-            if wait && !self.durable(end).await {
+            if wait && !durable(&self.store, end).await {
                 code = resp::FLUSH_DISK_TIMEOUT;
             }
         }
         let bytes: usize = placements.iter().map(|p| p.size).sum();
-        self.stats
-            .messages_in
-            .fetch_add(placements.len() as u64, Ordering::Relaxed);
-        self.stats
-            .bytes_in
-            .fetch_add(bytes as u64, Ordering::Relaxed);
+        self.stats.record_in(placements.len(), bytes);
         Ok(self.send_response(req, code, &h, &messages, &placements))
     }
 
@@ -249,7 +284,7 @@ impl Broker {
                 new_uniq_id(self.store_host.ip()),
             );
         }
-        properties.insert(keys::CLUSTER, &self.config.cluster_name);
+        properties.insert(keys::CLUSTER, &self.cluster_name);
         properties.remove("POP_CK");
         StoredMessage {
             topic: h.topic.clone(),
@@ -304,14 +339,6 @@ impl Broker {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn delay_levels_parse() {
-        let l = parse_delay_levels("1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h");
-        assert_eq!(l.len(), 18);
-        assert_eq!(l[4], Duration::from_secs(60));
-        assert_eq!(l[17], Duration::from_secs(7200));
-    }
 
     #[test]
     fn uniq_ids_are_32_hex_chars_and_distinct() {

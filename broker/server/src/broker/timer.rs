@@ -1,12 +1,12 @@
-//! TimerService: 5.x timer messages (TIMER_DELIVER_MS / TIMER_DELAY_SEC / TIMER_DELAY_MS),
-//! delivered at an arbitrary time up to a maximum delay.
+//! TimerMessageService: 5.x timer messages (TIMER_DELIVER_MS / TIMER_DELAY_SEC /
+//! TIMER_DELAY_MS), delivered at an arbitrary time up to a maximum delay.
 //!
-//! Design (an equivalent of RocketMQ's timer wheel + timer log): the parked messages
-//! themselves are the log — they live in the `rmq_sys_wheel_timer` topic of the store, with
-//! their due time in TIMER_OUT_MS. An in-memory min-heap orders the pending ones by due time;
-//! it is rebuilt on start by re-reading the topic from a persisted checkpoint (every offset
-//! below it is delivered) plus the set of offsets delivered above it. So a restart neither
-//! loses timers nor delivers them early; one delivered just before a crash may come again.
+//! Design (an equivalent of RocketMQ's timer wheel + timer log): the parked messages themselves
+//! are the log — they live in the `rmq_sys_wheel_timer` topic of the store, with their due time
+//! in TIMER_OUT_MS. An in-memory min-heap orders the pending ones by due time; it is rebuilt on
+//! start by re-reading the topic from a persisted checkpoint (every offset below it is
+//! delivered) plus the set of offsets delivered above it. So a restart neither loses timers nor
+//! delivers them early; one delivered just before a crash may come again.
 
 use std::cmp::Reverse;
 use std::collections::{BTreeSet, BinaryHeap};
@@ -15,17 +15,16 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use conveyor_protocol::message::{keys, RecordView};
-use conveyor_store::AcceptAll;
+use conveyor_protocol::time::now_ms;
+use conveyor_store::{AcceptAll, MessageStore};
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
 use super::config_file::{ConfigFile, ConfigFileError};
-use super::now_ms;
+use super::durability::durable;
+use super::hold::PullHold;
+use super::parking::{unpark, TIMER_OUT_MS};
 use super::topics::TIMER_TOPIC;
-use super::Broker;
-
-/// Property holding a parked timer message's due time (ms).
-pub const TIMER_OUT_MS: &str = "TIMER_OUT_MS";
 
 #[derive(Debug, Default, Serialize, Deserialize)]
 struct Persisted {
@@ -55,17 +54,30 @@ impl State {
 }
 
 /// Timer progress and pending timers.
-pub struct TimerService {
+pub struct TimerMessageService {
+    /// `config/timerProgress.json`.
     file: ConfigFile,
+    /// Checkpoint, delivered offsets and the heap of pending timers.
     state: Mutex<State>,
+    /// Where the timer topic is read and due messages re-appended.
+    store: Arc<MessageStore>,
+    /// Wakes the loop when the timer topic grows.
+    hold: Arc<PullHold>,
 }
 
-impl TimerService {
-    /// Loads `config/timerProgress.json`.
-    pub fn load(config_dir: &Path) -> Result<Self, ConfigFileError> {
+impl TimerMessageService {
+    /// Loads `config/timerProgress.json`, pulled back to the recovered timer queue's end
+    /// (after a power loss the log may be shorter than the progress saved).
+    pub fn load(
+        config_dir: &Path,
+        store: Arc<MessageStore>,
+        hold: Arc<PullHold>,
+    ) -> Result<Self, ConfigFileError> {
         let file = ConfigFile::new(config_dir, "timerProgress.json");
         let p: Persisted = file.load()?.unwrap_or_default();
-        Ok(Self {
+        let service = Self {
+            store,
+            hold,
             file,
             state: Mutex::new(State {
                 checkpoint: p.checkpoint,
@@ -77,11 +89,13 @@ impl TimerService {
                     .collect(),
                 pending: BinaryHeap::new(),
             }),
-        })
+        };
+        service.clamp(service.store.max_offset(TIMER_TOPIC, 0));
+        Ok(service)
     }
 
-    /// Pulls persisted progress back to the timer queue's end (see the transaction service).
-    pub(crate) fn clamp(&self, queue_end: i64) {
+    /// Pulls persisted progress back to the timer queue's end.
+    fn clamp(&self, queue_end: i64) {
         let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
         s.checkpoint = s.checkpoint.min(queue_end);
         s.scanned = s.scanned.min(queue_end);
@@ -99,23 +113,9 @@ impl TimerService {
     fn write(&self, p: &Persisted) -> Result<(), ConfigFileError> {
         self.file.store(p)
     }
-}
 
-/// Due time of a message from its timer properties, relative ones counted from `now_ms`.
-pub fn timer_due(props: &conveyor_protocol::message::Properties, now_ms: i64) -> Option<i64> {
-    let num = |k: &str| props.get(k).and_then(|v| v.trim().parse::<i64>().ok());
-    if let Some(at) = num(keys::TIMER_DELIVER_MS) {
-        return Some(at);
-    }
-    if let Some(sec) = num(keys::TIMER_DELAY_SEC) {
-        return Some(now_ms.saturating_add(sec.saturating_mul(1000)));
-    }
-    num(keys::TIMER_DELAY_MS).map(|ms| now_ms.saturating_add(ms))
-}
-
-impl Broker {
     /// Runs the timer delivery loop until `shutdown`.
-    pub async fn run_timer(self: Arc<Self>, shutdown: CancellationToken) {
+    pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
         let notifier = self.hold.notifier(TIMER_TOPIC, 0);
         let mut last_persist = tokio::time::Instant::now();
         loop {
@@ -142,9 +142,9 @@ impl Broker {
 
     /// Writes the timer progress once what it counts as delivered is durable.
     async fn persist_timers(&self) {
-        let snapshot = self.timer.snapshot();
-        if self.durable(self.store.commit_log_max_offset()).await {
-            if let Err(e) = self.timer.write(&snapshot) {
+        let snapshot = self.snapshot();
+        if durable(&self.store, self.store.commit_log_max_offset()).await {
+            if let Err(e) = self.write(&snapshot) {
                 tracing::error!(error = %e, "persisting timer progress failed");
             }
         }
@@ -152,7 +152,7 @@ impl Broker {
 
     /// Reads newly parked timer messages into the heap.
     fn scan_timers(&self) {
-        let mut s = self.timer.state.lock().unwrap_or_else(|e| e.into_inner());
+        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
         let min = self.store.min_offset(TIMER_TOPIC, 0);
         if s.checkpoint < min {
             // Retention removed them; nothing left to deliver below.
@@ -192,7 +192,7 @@ impl Broker {
         let now = now_ms();
         loop {
             let next = {
-                let mut s = self.timer.state.lock().unwrap_or_else(|e| e.into_inner());
+                let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
                 match s.pending.peek() {
                     Some(Reverse((due, _, _))) if *due <= now => s.pending.pop(),
                     Some(Reverse((due, _, _))) => return Some(*due),
@@ -202,15 +202,13 @@ impl Broker {
             let Reverse((due, qo, phys)) = next?;
             match self.deliver_timer(phys) {
                 Ok(()) => self
-                    .timer
                     .state
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
                     .mark_delivered(qo),
                 Err(e) => {
                     tracing::warn!(error = %e, "delivering a timer message failed; retrying");
-                    self.timer
-                        .state
+                    self.state
                         .lock()
                         .unwrap_or_else(|e| e.into_inner())
                         .pending
@@ -229,7 +227,7 @@ impl Broker {
         let mut m = RecordView::parse(&record)
             .and_then(|v| v.to_message())
             .map_err(|e| e.to_string())?;
-        if !super::unpark(&mut m) {
+        if !unpark(&mut m) {
             tracing::warn!("timer message without REAL_TOPIC/REAL_QID dropped");
             return Ok(());
         }
@@ -254,17 +252,6 @@ fn slice_phys(record: &[u8]) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use conveyor_protocol::message::Properties;
-
-    #[test]
-    fn due_time_from_properties() {
-        let mut p = Properties::new();
-        assert_eq!(timer_due(&p, 1000), None);
-        p.insert(keys::TIMER_DELAY_SEC, "3");
-        assert_eq!(timer_due(&p, 1000), Some(4000));
-        p.insert(keys::TIMER_DELIVER_MS, "99999");
-        assert_eq!(timer_due(&p, 1000), Some(99999));
-    }
 
     #[test]
     fn checkpoint_advances_over_contiguous_deliveries() {

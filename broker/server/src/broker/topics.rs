@@ -10,7 +10,7 @@ use conveyor_protocol::route::{perm, DataVersion, TopicConfig};
 use serde::{Deserialize, Serialize};
 
 use super::config_file::{ConfigFile, ConfigFileError};
-use super::now_ms;
+use conveyor_protocol::time::now_ms;
 
 /// The auto-create template topic.
 pub const AUTO_CREATE_TOPIC: &str = "TBW102";
@@ -63,7 +63,9 @@ struct Persisted {
 
 /// The broker's topic table.
 pub struct TopicConfigManager {
+    /// `config/topics.json`.
     file: ConfigFile,
+    /// The topics and the table's version, as persisted.
     state: RwLock<Persisted>,
 }
 

@@ -1,14 +1,17 @@
-//! Transactional messages (docs/protocol.md §8): half messages wait, invisible, in
-//! `RMQ_SYS_TRANS_HALF_TOPIC`; END_TRANSACTION commits (the message is written to its real
-//! topic) or rolls back; each decision is recorded in `RMQ_SYS_TRANS_OP_HALF_TOPIC`. Undecided
-//! half messages older than the transaction timeout are checked back with
-//! CHECK_TRANSACTION_STATE on a live connection of their producer group, every check
-//! interval, until the max check count sends them to `TRANS_CHECK_MAX_TIME_TOPIC`.
+//! TransactionalMessageService: transactional messages (docs/protocol.md §8). Half messages
+//! wait, invisible, in `RMQ_SYS_TRANS_HALF_TOPIC`; END_TRANSACTION commits (the message is
+//! written to its real topic) or rolls back; each decision is recorded in
+//! `RMQ_SYS_TRANS_OP_HALF_TOPIC`. Undecided half messages older than the transaction timeout
+//! are checked back with CHECK_TRANSACTION_STATE on a live connection of their producer group,
+//! every check interval, until the max check count sends them to `TRANS_CHECK_MAX_TIME_TOPIC`.
 //!
 //! Both topics live in the store, so after a restart the decided set is rebuilt from the op
-//! topic and the undecided ones from the half topic (from a persisted checkpoint on).
+//! topic and the undecided ones from the half topic (from a persisted checkpoint on). The send
+//! path parks half messages (see `parking`); this service only decides them, and a commit is
+//! parked again by the same rules when it carries a timer or a delay level.
 
 use std::collections::{BTreeMap, HashSet};
+use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -16,20 +19,25 @@ use std::time::Duration;
 use bytes::Bytes;
 use conveyor_protocol::code::{request_code as rc, response_code as resp};
 use conveyor_protocol::command::RemotingCommand;
+use conveyor_protocol::header::message::EndTransactionRequestHeader;
 use conveyor_protocol::message::{
     encode_record, keys, offset_msg_id, seal_record, Properties, RecordView, StoredMessage,
 };
 use conveyor_protocol::sysflag;
-use conveyor_store::AcceptAll;
+use conveyor_protocol::time::now_ms;
+use conveyor_store::{AcceptAll, MessageStore};
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
+use super::clients::ClientManager;
+use super::config::BrokerConfig;
 use super::config_file::{ConfigFile, ConfigFileError};
-use super::now_ms;
-use super::send::store_error_response;
-use super::topics::{TRANS_CHECK_MAX_TIME_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC};
-use super::{bad_header, ok, Broker, Reply};
-use crate::remoting::error_response;
+use super::durability::durable;
+use super::parking::{unpark, ParkingRules};
+use super::reply::{bad_header, error_response, ok, store_error_response, Reply};
+use super::topics::{
+    TopicConfigManager, TRANS_CHECK_MAX_TIME_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC,
+};
 
 /// Tag of op records ("d" for done, as RocketMQ's REMOVETAG).
 const OP_TAG: &str = "d";
@@ -39,13 +47,20 @@ struct Persisted {
     half_checkpoint: i64,
 }
 
+/// An undecided half message.
 #[derive(Debug, Clone)]
 struct Pending {
+    /// Its commit-log offset.
     phys: u64,
+    /// When it was stored (the check timeout counts from here).
     store_ms: i64,
+    /// Its producer group (checks go to a live member).
     group: String,
+    /// CHECK_IMMUNITY_TIME_IN_SECONDS, replacing the timeout for this message.
     immunity_ms: Option<i64>,
+    /// Checks sent so far.
     checks: u32,
+    /// No check before this time.
     next_check_ms: i64,
 }
 
@@ -53,28 +68,68 @@ struct Pending {
 struct State {
     /// Half queue offsets below are all decided.
     half_checkpoint: i64,
+    /// Next half queue offset to read.
     half_scanned: i64,
+    /// Next op queue offset to read.
     op_scanned: i64,
+    /// Decided half offsets at or above the checkpoint.
     decided: HashSet<i64>,
+    /// Undecided half messages by half queue offset.
     pending: BTreeMap<i64, Pending>,
 }
 
-/// Transaction bookkeeping.
-pub struct TransactionService {
+/// The check-back timing (RocketMQ's transaction settings).
+#[derive(Debug, Clone, Copy)]
+struct CheckPolicy {
+    /// Age after which an undecided half message is checked back.
+    timeout_ms: i64,
+    /// Time between two checks of the same half message.
+    interval_ms: i64,
+    /// Checks before an undecided half message is discarded.
+    max_checks: u32,
+}
+
+/// Transactional messages: END_TRANSACTION, the bookkeeping of half messages, check-backs.
+pub struct TransactionalMessageService {
+    /// `config/transactionProgress.json`.
     file: ConfigFile,
+    /// What is decided and what is pending.
     state: Mutex<State>,
     /// Held while a half message is decided (checked, written, marked), so two decisions
     /// racing for one half (END_TRANSACTION vs. a check-back answer or the discard of the
     /// check loop) cannot both act on it.
     deciding: Mutex<()>,
+    /// Half, op and committed messages are read and written here.
+    store: Arc<MessageStore>,
+    /// Live producer connections to check back on.
+    clients: Arc<ClientManager>,
+    /// TRANS_CHECK_MAX_TIME_TOPIC is created here when first needed.
+    topics: Arc<TopicConfigManager>,
+    /// A committed message may still be parked (a timer or a delay level).
+    parking: ParkingRules,
+    /// STOREHOST of op records and the address of offset message ids.
+    store_host: SocketAddr,
+    /// When and how often undecided half messages are checked.
+    policy: CheckPolicy,
 }
 
-impl TransactionService {
-    /// Loads `config/transactionProgress.json`.
-    pub fn load(config_dir: &Path) -> Result<Self, ConfigFileError> {
+impl TransactionalMessageService {
+    /// Loads `config/transactionProgress.json` and rebuilds the bookkeeping from the
+    /// recovered store before anything is served: progress saved past a log that a power loss
+    /// cut short is pulled back, and the decided set is re-read so that an END_TRANSACTION
+    /// arriving first still sees which half messages are decided.
+    pub fn load(
+        config_dir: &Path,
+        config: &BrokerConfig,
+        store_host: SocketAddr,
+        store: Arc<MessageStore>,
+        clients: Arc<ClientManager>,
+        topics: Arc<TopicConfigManager>,
+        parking: ParkingRules,
+    ) -> Result<Self, ConfigFileError> {
         let file = ConfigFile::new(config_dir, "transactionProgress.json");
         let p: Persisted = file.load()?.unwrap_or_default();
-        Ok(Self {
+        let service = Self {
             file,
             state: Mutex::new(State {
                 half_checkpoint: p.half_checkpoint,
@@ -82,7 +137,20 @@ impl TransactionService {
                 ..Default::default()
             }),
             deciding: Mutex::new(()),
-        })
+            store,
+            clients,
+            topics,
+            parking,
+            store_host,
+            policy: CheckPolicy {
+                timeout_ms: config.transaction_timeout_ms as i64,
+                interval_ms: config.transaction_check_interval_ms as i64,
+                max_checks: config.transaction_check_max,
+            },
+        };
+        service.clamp(service.store.max_offset(TRANS_HALF_TOPIC, 0));
+        service.scan();
+        Ok(service)
     }
 
     fn deciding(&self) -> std::sync::MutexGuard<'_, ()> {
@@ -113,36 +181,18 @@ impl TransactionService {
 
     /// Pulls persisted progress back to the half queue's end: after a power loss the log may
     /// be shorter than the progress saved, and new half messages reuse those offsets.
-    pub(crate) fn clamp(&self, half_queue_end: i64) {
+    fn clamp(&self, half_queue_end: i64) {
         let mut s = self.lock();
         s.half_checkpoint = s.half_checkpoint.min(half_queue_end);
         s.half_scanned = s.half_scanned.min(half_queue_end);
     }
-}
 
-/// Turns a prepared message into a half message parked in the half topic.
-pub fn park_half(m: &mut StoredMessage) {
-    if let Some(uniq) = m
-        .properties
-        .get(keys::UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
-        .map(str::to_string)
-    {
-        m.properties.insert(keys::TRANSACTION_ID, uniq);
-    }
-    // NOT_TYPE so the half message gets a queue entry in the half topic.
-    m.sys_flag &= !sysflag::TRANSACTION_TYPE_MASK;
-    super::park(m, TRANS_HALF_TOPIC, 0);
-}
-
-impl Broker {
     /// END_TRANSACTION: commit or roll back a half message.
-    pub(crate) async fn end_transaction(&self, req: &RemotingCommand) -> Reply {
-        let bad = bad_header(req);
-        let group = req.get_str("producerGroup").map_err(&bad)?;
-        let queue_offset = req.get_i64("tranStateTableOffset").map_err(&bad)?;
-        let phys = req.get_i64("commitLogOffset").map_err(&bad)?;
-        let decision = req.get_i32("commitOrRollback").map_err(&bad)?;
-        let commit = match decision {
+    pub async fn end_transaction(&self, req: &RemotingCommand) -> Reply {
+        let h = EndTransactionRequestHeader::parse(req).map_err(bad_header(req))?;
+        let group = h.producer_group.as_str();
+        let (queue_offset, phys) = (h.tran_state_table_offset, h.commit_log_offset);
+        let commit = match h.commit_or_rollback {
             sysflag::TRANSACTION_COMMIT_TYPE => true,
             sysflag::TRANSACTION_ROLLBACK_TYPE => false,
             // UNKNOW: the producer will be asked again later.
@@ -195,14 +245,14 @@ impl Broker {
                 "the transaction state table offset wrong",
             ));
         }
-        let _deciding = self.transactions.deciding();
-        if self.transactions.is_decided(queue_offset) {
+        let _deciding = self.deciding();
+        if self.is_decided(queue_offset) {
             // Already decided (a check-back answer racing the first END_TRANSACTION).
             return Ok(ok(req));
         }
         if commit {
             let mut m = half.clone();
-            if !super::unpark(&mut m) {
+            if !unpark(&mut m) {
                 return Err(error_response(
                     req,
                     resp::SYSTEM_ERROR,
@@ -213,8 +263,9 @@ impl Broker {
             m.sys_flag =
                 (m.sys_flag & !sysflag::TRANSACTION_TYPE_MASK) | sysflag::TRANSACTION_COMMIT_TYPE;
             m.prepared_transaction_offset = phys;
-            self.prepare_for_store(&mut m)
-                .map_err(|e| error_response(req, resp::MESSAGE_ILLEGAL, e))?;
+            self.parking
+                .prepare(&mut m, now_ms())
+                .map_err(|e| error_response(req, resp::MESSAGE_ILLEGAL, e.to_string()))?;
             self.store
                 .append(std::slice::from_ref(&m))
                 .map_err(|e| store_error_response(req, &e))?;
@@ -223,7 +274,7 @@ impl Broker {
             .map_err(|e| store_error_response(req, &e))?;
         drop(_deciding);
         // Under SYNC flush the commit (and its op record) must be durable before the answer.
-        if !self.durable(self.store.commit_log_max_offset()).await {
+        if !durable(&self.store, self.store.commit_log_max_offset()).await {
             return Err(error_response(
                 req,
                 resp::FLUSH_DISK_TIMEOUT,
@@ -245,9 +296,9 @@ impl Broker {
             physical_offset: 0,
             sys_flag: 0,
             born_timestamp: now_ms(),
-            born_host: self.store_host(),
+            born_host: self.store_host,
             store_timestamp: 0,
-            store_host: self.store_host(),
+            store_host: self.store_host,
             reconsume_times: 0,
             prepared_transaction_offset: 0,
             body: Bytes::from(half_offset.to_string()),
@@ -257,7 +308,7 @@ impl Broker {
         // commit was stored, a later check-back must still not commit it a second time; the
         // persisted checkpoint then moves past it as well.
         {
-            let mut s = self.transactions.lock();
+            let mut s = self.lock();
             s.decided.insert(half_offset);
             s.pending.remove(&half_offset);
         }
@@ -267,8 +318,8 @@ impl Broker {
 
     /// Reads new op and half records into the bookkeeping. Runs once while the broker opens
     /// (before any END_TRANSACTION can arrive), then on every check tick.
-    pub(crate) fn scan_transactions(&self) {
-        let mut s = self.transactions.lock();
+    fn scan(&self) {
+        let mut s = self.lock();
         loop {
             let r = self.store.get_messages(
                 TRANS_OP_HALF_TOPIC,
@@ -357,12 +408,12 @@ impl Broker {
     }
 
     /// Checks back or discards undecided half messages that are due.
-    fn check_transactions(&self) {
+    fn check(&self) {
         let now = now_ms();
-        let timeout = self.config.transaction_timeout_ms as i64;
-        let interval = self.config.transaction_check_interval_ms as i64;
+        let timeout = self.policy.timeout_ms;
+        let interval = self.policy.interval_ms;
         let due: Vec<(i64, Pending)> = {
-            let s = self.transactions.lock();
+            let s = self.lock();
             s.pending
                 .iter()
                 .filter(|(_, p)| {
@@ -372,14 +423,14 @@ impl Broker {
                 .collect()
         };
         for (offset, p) in due {
-            if p.checks >= self.config.transaction_check_max {
+            if p.checks >= self.policy.max_checks {
                 if let Err(e) = self.discard_half(offset, p.phys) {
                     tracing::warn!(error = %e, "discarding an undecided half message failed");
                 }
                 continue;
             }
             let sent = self.send_check(offset, &p);
-            let mut s = self.transactions.lock();
+            let mut s = self.lock();
             if let Some(entry) = s.pending.get_mut(&offset) {
                 entry.checks += 1;
                 entry.next_check_ms = now + interval;
@@ -405,7 +456,7 @@ impl Broker {
             return false;
         };
         // The producer sees the message as it will be delivered: its real topic and queue.
-        if !super::unpark(&mut m) {
+        if !unpark(&mut m) {
             return false;
         }
         let props = m.properties.encode();
@@ -414,7 +465,7 @@ impl Broker {
             return false;
         }
         seal_record(&mut body, half_offset, p.phys as i64);
-        let offset_id = offset_msg_id(self.store_host(), p.phys as i64);
+        let offset_id = offset_msg_id(self.store_host, p.phys as i64);
         let uniq = m
             .properties
             .get(keys::UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
@@ -432,8 +483,8 @@ impl Broker {
 
     /// Gives up on a half message checked too often: it goes to TRANS_CHECK_MAX_TIME_TOPIC.
     fn discard_half(&self, half_offset: i64, phys: u64) -> Result<(), conveyor_store::StoreError> {
-        let _deciding = self.transactions.deciding();
-        if self.transactions.is_decided(half_offset) {
+        let _deciding = self.deciding();
+        if self.is_decided(half_offset) {
             // Decided since the check loop looked.
             return Ok(());
         }
@@ -455,15 +506,15 @@ impl Broker {
     }
 
     /// Runs the check loop until `shutdown`.
-    pub async fn run_transaction_checks(self: Arc<Self>, shutdown: CancellationToken) {
-        let tick = Duration::from_millis(self.config.transaction_timeout_ms.clamp(100, 1000));
+    pub async fn run_checks(self: Arc<Self>, shutdown: CancellationToken) {
+        let tick = Duration::from_millis(self.policy.timeout_ms.clamp(100, 1000) as u64);
         loop {
-            self.scan_transactions();
-            self.check_transactions();
-            let snapshot = self.transactions.snapshot();
+            self.scan();
+            self.check();
+            let snapshot = self.snapshot();
             // Progress is written only once what it counts as decided is durable.
-            if self.durable(self.store.commit_log_max_offset()).await {
-                if let Err(e) = self.transactions.write(&snapshot) {
+            if durable(&self.store, self.store.commit_log_max_offset()).await {
+                if let Err(e) = self.write(&snapshot) {
                     tracing::error!(error = %e, "persisting transaction progress failed");
                 }
             }

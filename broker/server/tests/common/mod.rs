@@ -156,10 +156,10 @@ impl TestServer {
     pub fn stored(&self, topic: &str, queue_id: i32) -> Vec<StoredMessage> {
         let broker = self.broker();
         let mut out = Vec::new();
-        let mut offset = broker.store.min_offset(topic, queue_id);
+        let mut offset = broker.store().min_offset(topic, queue_id);
         loop {
             let r = broker
-                .store
+                .store()
                 .get_messages(topic, queue_id, offset, 256, 4 << 20, &AcceptAll);
             if r.messages.is_empty() {
                 return out;
