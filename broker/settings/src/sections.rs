@@ -1,0 +1,169 @@
+//! One struct per section of the file. Each field is `None` when the layer (file, environment,
+//! command line) does not set it; the default given on each field is what the broker uses when
+//! no layer sets it.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use crate::values::{BrokerRole, FlushMode};
+
+/// Declares a section: every field becomes an `Option` left out of the output when `None`,
+/// unknown keys are rejected, and `or`/`is_empty` are generated from the field list.
+macro_rules! section {
+    (
+        $(#[$meta:meta])*
+        pub struct $name:ident {
+            $( $(#[$fmeta:meta])* pub $field:ident: $ty:ty, )*
+        }
+    ) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+        #[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
+        pub struct $name {
+            $(
+                $(#[$fmeta])*
+                #[serde(skip_serializing_if = "Option::is_none")]
+                pub $field: Option<$ty>,
+            )*
+        }
+
+        impl $name {
+            /// `self`'s value for each key that `self` sets, else `lower`'s.
+            #[must_use]
+            pub fn or(self, lower: Self) -> Self {
+                Self { $( $field: self.$field.or(lower.$field), )* }
+            }
+
+            /// True when no key is set.
+            pub fn is_empty(&self) -> bool {
+                true $( && self.$field.is_none() )*
+            }
+        }
+    };
+}
+
+section! {
+    /// `[namesrv]`: the name server (`conveyor namesrv`, and the one embedded by
+    /// `conveyor standalone`).
+    pub struct NamesrvSection {
+        /// `listen`: address the name server listens on (RocketMQ's `listenPort` of the
+        /// NamesrvController). Flags: `--listen` (`namesrv`), `--namesrv-listen`
+        /// (`standalone`). Default `"0.0.0.0:9876"`.
+        pub listen: SocketAddr,
+    }
+}
+
+section! {
+    /// `[broker]`: the broker (RocketMQ's `BrokerConfig`, the parts Conveyor uses).
+    pub struct BrokerSection {
+        /// `listen`: address the broker's remoting server listens on (RocketMQ's `listenPort`).
+        /// Flag `--listen` (`broker`, `standalone`). Default `"0.0.0.0:10911"`.
+        pub listen: SocketAddr,
+        /// `cluster-name`: cluster the broker belongs to (`brokerClusterName`). Flag
+        /// `--cluster-name`. Default `"DefaultCluster"`.
+        pub cluster_name: String,
+        /// `broker-name`: broker group name, shared by a master and its slaves (`brokerName`).
+        /// Flag `--broker-name`. Default `"broker-a"`.
+        pub broker_name: String,
+        /// `broker-id`: 0 for the master, positive for slaves (`brokerId`). Flag `--broker-id`.
+        /// Default `0`.
+        pub broker_id: i64,
+        /// `broker-role`: `"SYNC_MASTER"`, `"ASYNC_MASTER"` or `"SLAVE"` (`brokerRole`). Written
+        /// by the operator; accepted and checked but not used by the broker yet (replication is
+        /// not implemented). No flag. Default: unset.
+        pub broker_role: BrokerRole,
+        /// `namesrv-addrs`: name servers the broker registers with, as a list of `"host:port"`
+        /// (`namesrvAddr`, there one `;`-separated string). Flag `--namesrv-addr "a:9876;b:9876"`.
+        /// Default `["127.0.0.1:9876"]`; in `standalone`, the embedded name server.
+        pub namesrv_addrs: Vec<String>,
+        /// `advertised-addr`: `"ip:port"` clients use to reach the broker, also the STOREHOST
+        /// written into every record (`brokerIP1` with `listenPort`). Flag `--advertised-addr`.
+        /// Default: the listen address, with 127.0.0.1 when listening on all interfaces.
+        pub advertised_addr: String,
+        /// `auto-create-topic`: create unknown topics on first send from the TBW102 template
+        /// (`autoCreateTopicEnable`). Flag `--auto-create-topic`. Default `true`.
+        pub auto_create_topic: bool,
+        /// `auto-create-subscription-group`: create unknown consumer groups on first use
+        /// (`autoCreateSubscriptionGroup`). Default `true`.
+        pub auto_create_subscription_group: bool,
+        /// `default-topic-queue-nums`: queues of TBW102, so the most an auto-created topic gets
+        /// (`defaultTopicQueueNums`). Default `8`.
+        pub default_topic_queue_nums: i32,
+        /// `register-interval-ms`: period of registration with the name servers
+        /// (`registerNameServerPeriod`, clamped to 10–60 s). Default `30000`.
+        pub register_interval_ms: u64,
+        /// `offset-persist-interval-ms`: period at which consumer offsets are persisted
+        /// (`flushConsumerOffsetInterval`). Default `5000`.
+        pub offset_persist_interval_ms: u64,
+        /// `send-queue-wait-ms`: how long a SEND may wait for a free slot before the broker
+        /// answers SYSTEM_BUSY (`waitTimeMillsInSendQueue`). Default `200`.
+        pub send_queue_wait_ms: u64,
+        /// `max-sends-in-flight`: sends in flight across all connections before new ones wait
+        /// (RocketMQ bounds its send queue with `sendThreadPoolQueueCapacity`). Default `10000`.
+        pub max_sends_in_flight: usize,
+        /// `delay-levels`: the delay of each delay level, space-separated (`messageDelayLevel`).
+        /// Flag `--delay-levels`. Default `"1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m
+        /// 1h 2h"`.
+        pub delay_levels: String,
+        /// `timer-max-delay-ms`: longest delay a timer message may ask for (`timerMaxDelaySec`,
+        /// there in seconds). Default `259200000` (3 days).
+        pub timer_max_delay_ms: u64,
+        /// `transaction-timeout-ms`: age after which an undecided transactional (half) message
+        /// is checked back with its producer (`transactionTimeOut`). Flag
+        /// `--transaction-timeout-ms`. Default `6000`.
+        pub transaction_timeout_ms: u64,
+        /// `transaction-check-interval-ms`: time between two checks of the same undecided half
+        /// message (`transactionCheckInterval`). Flag `--transaction-check-interval-ms`. Default
+        /// `30000`.
+        pub transaction_check_interval_ms: u64,
+        /// `transaction-check-max`: checks before an undecided half message is discarded
+        /// (`transactionCheckMax`). Default `15`.
+        pub transaction_check_max: u32,
+    }
+}
+
+section! {
+    /// `[store]`: the message store (RocketMQ's `MessageStoreConfig`, the parts that can be
+    /// set).
+    pub struct StoreSection {
+        /// `data-dir`: store root directory (`storePathRootDir`). Flag `--data-dir`. Default
+        /// `"./conveyor-data"`.
+        pub data_dir: PathBuf,
+        /// `flush-mode`: `"sync"` (acknowledge after fsync, group commit) or `"async"`
+        /// (background flush) (`flushDiskType`: SYNC_FLUSH, ASYNC_FLUSH). Flag `--flush-mode`.
+        /// Default `"async"`.
+        pub flush_mode: FlushMode,
+        /// `segment-size`: CommitLog segment size in bytes (`mappedFileSizeCommitLog`). Must
+        /// exceed `max-message-size` + 8 and stay below 4 GiB. Default `1073741824` (1 GiB).
+        pub segment_size: u64,
+        /// `max-message-size`: largest record accepted, in bytes (`maxMessageSize`). Default
+        /// `4194304` (4 MiB).
+        pub max_message_size: usize,
+        /// `retention-hours`: CommitLog segments older than this are deleted
+        /// (`fileReservedTime`). Default `72`.
+        pub retention_hours: u64,
+        /// `disk-clean-ratio`: disk usage (0.0–1.0) from which expired segments are cleaned
+        /// eagerly (`diskMaxUsedSpaceRatio`). Default `0.75`.
+        pub disk_clean_ratio: f64,
+        /// `disk-force-clean-ratio`: disk usage from which the oldest segments are deleted even
+        /// if not expired (`diskSpaceCleanForciblyRatio`). Default `0.85`.
+        pub disk_force_clean_ratio: f64,
+        /// `disk-full-ratio`: disk usage from which appends are refused
+        /// (`diskSpaceWarningLevelRatio`); `1.0` switches that off. Default `0.90`.
+        pub disk_full_ratio: f64,
+        /// `sync-flush-timeout-ms`: how long a SYNC append waits for its flush
+        /// (`syncFlushTimeout`). Default `5000`.
+        pub sync_flush_timeout_ms: u64,
+    }
+}
+
+section! {
+    /// `[http]`: the HTTP server for `/healthz`, `/readyz` and `/metrics`.
+    pub struct HttpSection {
+        /// `listen`: `"ip:port"` to listen on, or `"off"` (or `""`) to disable the HTTP server
+        /// (no RocketMQ equivalent). Flag `--http-listen`. Default `"0.0.0.0:8080"`.
+        pub listen: String,
+    }
+}
