@@ -1,21 +1,27 @@
 //! Settings: the command line, `CONVEYOR_*` environment variables and an optional TOML file,
 //! merged into an [`AppConfig`]. Precedence, highest first: flags, environment, file,
 //! built-in defaults (clap resolves flag-over-environment; the file fills what neither set).
+//!
+//! The file's model is `conveyor-settings` ([`Settings`], one struct per section, unknown keys
+//! refused); the flags become one more layer of the same model ([`ServerArgs::layer`]), layers
+//! combine with [`Settings::or`], and [`app_config`] is the one conversion into the runtime
+//! configuration.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clap::{Args, ValueEnum};
-use conveyor_store::{FlushMode, StoreConfig};
-use serde::Deserialize;
+use conveyor_settings::{
+    BrokerSection, FlushMode, HttpSection, NamesrvSection, ParseError, Settings, StoreSection,
+};
+use conveyor_store::StoreConfig;
 
 use crate::app::{AppConfig, Role};
 use crate::broker::BrokerConfig;
 
 /// Flush mode as written on the command line.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Deserialize)]
-#[serde(rename_all = "lowercase")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum FlushModeArg {
     Sync,
     Async,
@@ -82,54 +88,6 @@ pub struct ServerArgs {
     pub transaction_check_interval_ms: Option<u64>,
 }
 
-/// The TOML file.
-#[derive(Debug, Default, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct FileConfig {
-    pub namesrv: NamesrvSection,
-    pub broker: BrokerSection,
-    pub store: StoreSection,
-    pub http: HttpSection,
-}
-
-/// `[namesrv]`.
-#[derive(Debug, Default, Deserialize)]
-#[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
-pub struct NamesrvSection {
-    pub listen: Option<SocketAddr>,
-}
-
-/// `[broker]`: `listen` plus every [`BrokerConfig`] field.
-#[derive(Debug, Default, Deserialize)]
-#[serde(default, rename_all = "kebab-case")]
-pub struct BrokerSection {
-    pub listen: Option<SocketAddr>,
-    #[serde(flatten)]
-    pub config: BrokerConfig,
-}
-
-/// `[store]`.
-#[derive(Debug, Default, Deserialize)]
-#[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
-pub struct StoreSection {
-    pub data_dir: Option<PathBuf>,
-    pub flush_mode: Option<FlushModeArg>,
-    pub segment_size: Option<u64>,
-    pub max_message_size: Option<usize>,
-    pub retention_hours: Option<u64>,
-    pub disk_clean_ratio: Option<f64>,
-    pub disk_force_clean_ratio: Option<f64>,
-    pub disk_full_ratio: Option<f64>,
-    pub sync_flush_timeout_ms: Option<u64>,
-}
-
-/// `[http]`.
-#[derive(Debug, Default, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct HttpSection {
-    pub listen: Option<String>,
-}
-
 /// Why settings could not be built.
 #[derive(Debug, thiserror::Error)]
 pub enum SettingsError {
@@ -139,23 +97,25 @@ pub enum SettingsError {
         #[source]
         source: std::io::Error,
     },
+    /// The file is not valid TOML or does not fit the model; `source` names the section, the
+    /// key and the line.
     #[error("invalid configuration file {path}: {source}")]
     Parse {
         path: PathBuf,
         #[source]
-        source: toml::de::Error,
+        source: ParseError,
     },
     #[error("invalid HTTP listen address {0:?} (expected ip:port or \"off\")")]
     Http(String),
 }
 
-/// Reads and parses a TOML file.
-pub fn load_file(path: &Path) -> Result<FileConfig, SettingsError> {
+/// Reads and parses a settings file.
+pub fn load_file(path: &Path) -> Result<Settings, SettingsError> {
     let text = std::fs::read_to_string(path).map_err(|source| SettingsError::Read {
         path: path.to_path_buf(),
         source,
     })?;
-    toml::from_str(&text).map_err(|source| SettingsError::Parse {
+    Settings::from_toml(&text).map_err(|source| SettingsError::Parse {
         path: path.to_path_buf(),
         source,
     })
@@ -170,118 +130,155 @@ fn parse_http(s: &str) -> Result<Option<SocketAddr>, SettingsError> {
         .map_err(|_| SettingsError::Http(s.to_string()))
 }
 
-/// Builds the configuration of `role` from flags/environment (`args`) and the file.
+impl ServerArgs {
+    /// The flags and environment variables of `role` as a settings layer. `--listen` sets the
+    /// listen address of the role's main server: `[namesrv]` for `namesrv`, `[broker]`
+    /// otherwise; `--namesrv-listen` only applies to `standalone`.
+    pub fn layer(&self, role: Role) -> Settings {
+        let (namesrv_listen, broker_listen) = match role {
+            Role::NameServer => (self.listen, None),
+            Role::Broker => (None, self.listen),
+            Role::Standalone => (self.namesrv_listen, self.listen),
+        };
+        Settings {
+            namesrv: NamesrvSection {
+                listen: namesrv_listen,
+            },
+            broker: BrokerSection {
+                listen: broker_listen,
+                cluster_name: self.cluster_name.clone(),
+                broker_name: self.broker_name.clone(),
+                broker_id: self.broker_id,
+                broker_role: None,
+                namesrv_addrs: self.namesrv_addr.as_deref().map(split_addrs),
+                advertised_addr: self.advertised_addr.clone(),
+                auto_create_topic: self.auto_create_topic,
+                delay_levels: self.delay_levels.clone(),
+                transaction_timeout_ms: self.transaction_timeout_ms,
+                transaction_check_interval_ms: self.transaction_check_interval_ms,
+                ..Default::default()
+            },
+            store: StoreSection {
+                data_dir: self.data_dir.clone(),
+                flush_mode: self.flush_mode.map(Into::into),
+                ..Default::default()
+            },
+            http: HttpSection {
+                listen: self.http_listen.clone(),
+            },
+        }
+    }
+}
+
+/// `host:port;host:port` (RocketMQ's `namesrvAddr`) as a list.
+fn split_addrs(v: &str) -> Vec<String> {
+    v.split(';')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(String::from)
+        .collect()
+}
+
+/// Builds the configuration of `role` from flags/environment (`args`) and the file they name:
+/// flags and environment over the file, the file over the defaults.
 pub fn build(role: Role, args: &ServerArgs) -> Result<AppConfig, SettingsError> {
     let file = match &args.config {
         Some(path) => load_file(path)?,
-        None => FileConfig::default(),
+        None => Settings::default(),
     };
-    let mut broker = file.broker.config;
-    let standalone = role == Role::Standalone;
-    if standalone && file.broker.listen.is_none() {
-        // The embedded name server is the default target in standalone mode.
-        broker.namesrv_addrs.clear();
-    }
-    if let Some(v) = &args.namesrv_addr {
-        broker.namesrv_addrs = v
-            .split(';')
-            .map(str::trim)
-            .filter(|s| !s.is_empty())
-            .map(String::from)
-            .collect();
-    }
-    if let Some(v) = &args.advertised_addr {
-        broker.advertised_addr = v.clone();
-    } else if broker.advertised_addr == BrokerConfig::default().advertised_addr {
-        broker.advertised_addr.clear(); // derive from the listen address
-    }
-    if let Some(v) = &args.cluster_name {
-        broker.cluster_name = v.clone();
-    }
-    if let Some(v) = &args.broker_name {
-        broker.broker_name = v.clone();
-    }
-    if let Some(v) = args.broker_id {
-        broker.broker_id = v;
-    }
-    if let Some(v) = args.auto_create_topic {
-        broker.auto_create_topic = v;
-    }
-    if let Some(v) = &args.delay_levels {
-        broker.delay_levels = v.clone();
-    }
-    if let Some(v) = args.transaction_timeout_ms {
-        broker.transaction_timeout_ms = v;
-    }
-    if let Some(v) = args.transaction_check_interval_ms {
-        broker.transaction_check_interval_ms = v;
-    }
-    let data_dir = args
-        .data_dir
-        .clone()
-        .or(file.store.data_dir.clone())
-        .unwrap_or_else(|| PathBuf::from("./conveyor-data"));
-    let mut store = StoreConfig::new(data_dir);
-    if let Some(m) = args.flush_mode.or(file.store.flush_mode) {
-        store.flush_mode = m.into();
-    }
-    let s = &file.store;
-    if let Some(v) = s.segment_size {
-        store.commit_log_segment_size = v;
-    }
-    if let Some(v) = s.max_message_size {
-        store.max_message_size = v;
-    }
-    if let Some(v) = s.retention_hours {
-        store.retention = Duration::from_secs(v * 3600);
-    }
-    if let Some(v) = s.disk_clean_ratio {
-        store.disk_clean_ratio = v;
-    }
-    if let Some(v) = s.disk_force_clean_ratio {
-        store.disk_force_clean_ratio = v;
-    }
-    if let Some(v) = s.disk_full_ratio {
-        store.disk_full_ratio = v;
-    }
-    if let Some(v) = s.sync_flush_timeout_ms {
-        store.sync_flush_timeout = Duration::from_millis(v);
-    }
-    let default_ns: SocketAddr = SocketAddr::from(([0, 0, 0, 0], 9876));
-    let default_broker: SocketAddr = SocketAddr::from(([0, 0, 0, 0], 10911));
-    let (namesrv_listen, broker_listen) = match role {
-        Role::NameServer => (
-            args.listen.or(file.namesrv.listen).unwrap_or(default_ns),
-            default_broker,
-        ),
-        Role::Broker => (
-            default_ns,
-            args.listen.or(file.broker.listen).unwrap_or(default_broker),
-        ),
-        Role::Standalone => (
-            args.namesrv_listen
-                .or(file.namesrv.listen)
-                .unwrap_or(default_ns),
-            args.listen.or(file.broker.listen).unwrap_or(default_broker),
-        ),
+    app_config(role, args.layer(role).or(file))
+}
+
+/// The runtime configuration of `role` from merged settings; what no layer set takes its
+/// default (`BrokerConfig::default`, `StoreConfig::new`, the ports 9876/10911/8080).
+pub fn app_config(role: Role, settings: Settings) -> Result<AppConfig, SettingsError> {
+    let Settings {
+        namesrv,
+        broker: b,
+        store: s,
+        http,
+    } = settings;
+    let d = BrokerConfig::default();
+    let broker = BrokerConfig {
+        cluster_name: b.cluster_name.unwrap_or(d.cluster_name),
+        broker_name: b.broker_name.unwrap_or(d.broker_name),
+        broker_id: b.broker_id.unwrap_or(d.broker_id),
+        // Empty: derive from the listen address.
+        advertised_addr: b.advertised_addr.unwrap_or_default(),
+        // In standalone mode, empty means the embedded name server.
+        namesrv_addrs: b.namesrv_addrs.unwrap_or_else(|| match role {
+            Role::Standalone => Vec::new(),
+            Role::Broker | Role::NameServer => d.namesrv_addrs,
+        }),
+        auto_create_topic: b.auto_create_topic.unwrap_or(d.auto_create_topic),
+        auto_create_subscription_group: b
+            .auto_create_subscription_group
+            .unwrap_or(d.auto_create_subscription_group),
+        default_topic_queue_nums: b
+            .default_topic_queue_nums
+            .unwrap_or(d.default_topic_queue_nums),
+        register_interval_ms: b.register_interval_ms.unwrap_or(d.register_interval_ms),
+        offset_persist_interval_ms: b
+            .offset_persist_interval_ms
+            .unwrap_or(d.offset_persist_interval_ms),
+        send_queue_wait_ms: b.send_queue_wait_ms.unwrap_or(d.send_queue_wait_ms),
+        max_sends_in_flight: b.max_sends_in_flight.unwrap_or(d.max_sends_in_flight),
+        delay_levels: b.delay_levels.unwrap_or(d.delay_levels),
+        timer_max_delay_ms: b.timer_max_delay_ms.unwrap_or(d.timer_max_delay_ms),
+        transaction_timeout_ms: b.transaction_timeout_ms.unwrap_or(d.transaction_timeout_ms),
+        transaction_check_interval_ms: b
+            .transaction_check_interval_ms
+            .unwrap_or(d.transaction_check_interval_ms),
+        transaction_check_max: b.transaction_check_max.unwrap_or(d.transaction_check_max),
     };
-    let http_listen = match args.http_listen.as_deref().or(file.http.listen.as_deref()) {
+    let d = StoreConfig::new(
+        s.data_dir
+            .unwrap_or_else(|| PathBuf::from("./conveyor-data")),
+    );
+    let store = StoreConfig {
+        flush_mode: s.flush_mode.map(store_flush_mode).unwrap_or(d.flush_mode),
+        commit_log_segment_size: s.segment_size.unwrap_or(d.commit_log_segment_size),
+        max_message_size: s.max_message_size.unwrap_or(d.max_message_size),
+        retention: s
+            .retention_hours
+            .map(|h| Duration::from_secs(h * 3600))
+            .unwrap_or(d.retention),
+        disk_clean_ratio: s.disk_clean_ratio.unwrap_or(d.disk_clean_ratio),
+        disk_force_clean_ratio: s.disk_force_clean_ratio.unwrap_or(d.disk_force_clean_ratio),
+        disk_full_ratio: s.disk_full_ratio.unwrap_or(d.disk_full_ratio),
+        sync_flush_timeout: s
+            .sync_flush_timeout_ms
+            .map(Duration::from_millis)
+            .unwrap_or(d.sync_flush_timeout),
+        ..d
+    };
+    let default_ns = SocketAddr::from(([0, 0, 0, 0], 9876));
+    let default_broker = SocketAddr::from(([0, 0, 0, 0], 10911));
+    let http_listen = match http.listen.as_deref() {
         Some(s) => parse_http(s)?,
         None => Some(SocketAddr::from(([0, 0, 0, 0], 8080))),
     };
     Ok(AppConfig {
         role,
-        namesrv_listen,
-        broker_listen,
+        namesrv_listen: namesrv.listen.unwrap_or(default_ns),
+        broker_listen: b.listen.unwrap_or(default_broker),
         http_listen,
         broker,
         store,
     })
 }
 
+fn store_flush_mode(m: FlushMode) -> conveyor_store::FlushMode {
+    match m {
+        FlushMode::Sync => conveyor_store::FlushMode::Sync,
+        FlushMode::Async => conveyor_store::FlushMode::Async,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use conveyor_store::FlushMode;
 
     #[test]
     fn flags_override_the_file_and_defaults_apply() {
@@ -328,6 +325,131 @@ listen = "off"
     }
 
     #[test]
+    fn every_file_key_reaches_the_runtime_config() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.toml");
+        std::fs::write(
+            &path,
+            r#"
+[namesrv]
+listen = "127.0.0.1:19876"
+[broker]
+listen = "127.0.0.1:20911"
+cluster-name = "c"
+broker-name = "b"
+broker-id = 2
+broker-role = "SLAVE"
+namesrv-addrs = ["n1:9876", "n2:9876"]
+advertised-addr = "10.0.0.1:20911"
+auto-create-topic = false
+auto-create-subscription-group = false
+default-topic-queue-nums = 4
+register-interval-ms = 11000
+offset-persist-interval-ms = 1000
+send-queue-wait-ms = 50
+max-sends-in-flight = 7
+delay-levels = "1s 2s"
+timer-max-delay-ms = 60000
+transaction-timeout-ms = 100
+transaction-check-interval-ms = 200
+transaction-check-max = 3
+[store]
+data-dir = "/d"
+flush-mode = "sync"
+segment-size = 2097152
+max-message-size = 1024
+retention-hours = 5
+disk-clean-ratio = 0.5
+disk-force-clean-ratio = 0.6
+disk-full-ratio = 0.7
+sync-flush-timeout-ms = 900
+[http]
+listen = "127.0.0.1:18080"
+"#,
+        )
+        .unwrap();
+        let args = ServerArgs {
+            config: Some(path),
+            ..Default::default()
+        };
+        let cfg = build(Role::Standalone, &args).unwrap();
+        assert_eq!(cfg.namesrv_listen, "127.0.0.1:19876".parse().unwrap());
+        assert_eq!(cfg.broker_listen, "127.0.0.1:20911".parse().unwrap());
+        assert_eq!(cfg.http_listen, Some("127.0.0.1:18080".parse().unwrap()));
+        let b = &cfg.broker;
+        assert_eq!(
+            (b.cluster_name.as_str(), b.broker_name.as_str()),
+            ("c", "b")
+        );
+        assert_eq!(b.broker_id, 2);
+        assert_eq!(b.namesrv_addrs, ["n1:9876", "n2:9876"]);
+        assert_eq!(b.advertised_addr, "10.0.0.1:20911");
+        assert!(!b.auto_create_topic && !b.auto_create_subscription_group);
+        assert_eq!(b.default_topic_queue_nums, 4);
+        assert_eq!(b.register_interval_ms, 11000);
+        assert_eq!(b.offset_persist_interval_ms, 1000);
+        assert_eq!(b.send_queue_wait_ms, 50);
+        assert_eq!(b.max_sends_in_flight, 7);
+        assert_eq!(b.delay_levels, "1s 2s");
+        assert_eq!(b.timer_max_delay_ms, 60000);
+        assert_eq!(b.transaction_timeout_ms, 100);
+        assert_eq!(b.transaction_check_interval_ms, 200);
+        assert_eq!(b.transaction_check_max, 3);
+        let s = &cfg.store;
+        assert_eq!(s.root, PathBuf::from("/d"));
+        assert_eq!(s.flush_mode, FlushMode::Sync);
+        assert_eq!(s.commit_log_segment_size, 2 << 20);
+        assert_eq!(s.max_message_size, 1024);
+        assert_eq!(s.retention, Duration::from_secs(5 * 3600));
+        assert_eq!(
+            (
+                s.disk_clean_ratio,
+                s.disk_force_clean_ratio,
+                s.disk_full_ratio
+            ),
+            (0.5, 0.6, 0.7)
+        );
+        assert_eq!(s.sync_flush_timeout, Duration::from_millis(900));
+    }
+
+    #[test]
+    fn defaults_are_the_runtime_defaults() {
+        let cfg = build(Role::Broker, &ServerArgs::default()).unwrap();
+        let d = BrokerConfig::default();
+        assert_eq!(cfg.broker.namesrv_addrs, d.namesrv_addrs);
+        assert_eq!(cfg.broker.cluster_name, d.cluster_name);
+        assert_eq!(cfg.broker.delay_levels, d.delay_levels);
+        assert_eq!(
+            cfg.broker.advertised_addr, "",
+            "derived from the listen address"
+        );
+        let s = StoreConfig::new("./conveyor-data");
+        assert_eq!(cfg.store.commit_log_segment_size, s.commit_log_segment_size);
+        assert_eq!(cfg.store.retention, s.retention);
+        assert_eq!(cfg.http_listen, Some("0.0.0.0:8080".parse().unwrap()));
+    }
+
+    #[test]
+    fn listen_flags_follow_the_role() {
+        let args = ServerArgs {
+            listen: Some("127.0.0.1:1".parse().unwrap()),
+            namesrv_listen: Some("127.0.0.1:2".parse().unwrap()),
+            namesrv_addr: Some(" a:9876; b:9876 ;".into()),
+            ..Default::default()
+        };
+        let ns = build(Role::NameServer, &args).unwrap();
+        assert_eq!(ns.namesrv_listen.port(), 1);
+        let broker = build(Role::Broker, &args).unwrap();
+        assert_eq!(broker.broker_listen.port(), 1);
+        assert_eq!(broker.broker.namesrv_addrs, ["a:9876", "b:9876"]);
+        let both = build(Role::Standalone, &args).unwrap();
+        assert_eq!(
+            (both.namesrv_listen.port(), both.broker_listen.port()),
+            (2, 1)
+        );
+    }
+
+    #[test]
     fn bad_files_are_clear_errors() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("c.toml");
@@ -338,5 +460,37 @@ listen = "off"
         };
         let err = build(Role::Broker, &args).unwrap_err().to_string();
         assert!(err.contains("invalid configuration file"), "{err}");
+    }
+
+    #[test]
+    fn unknown_keys_are_refused_naming_file_section_and_key() {
+        let dir = tempfile::tempdir().unwrap();
+        for (section, text) in [
+            (
+                "broker",
+                "[broker]\nbroker-name = \"b\"\nbroker-nam = \"typo\"\n",
+            ),
+            (
+                "store",
+                "[store]\ndata-dir = \"/d\"\nbroker-nam = \"typo\"\n",
+            ),
+        ] {
+            let path = dir.path().join(format!("{section}.toml"));
+            std::fs::write(&path, text).unwrap();
+            let args = ServerArgs {
+                config: Some(path.clone()),
+                ..Default::default()
+            };
+            let err = build(Role::Broker, &args).unwrap_err();
+            let SettingsError::Parse { source, .. } = &err else {
+                panic!("{err}");
+            };
+            assert_eq!(source.section(), Some(section));
+            assert_eq!(source.key(), Some("broker-nam"));
+            let text = err.to_string();
+            assert!(text.contains(&path.display().to_string()), "{text}");
+            assert!(text.contains(&format!("[{section}] broker-nam")), "{text}");
+            assert!(text.contains("unknown field `broker-nam`"), "{text}");
+        }
     }
 }
