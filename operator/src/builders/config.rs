@@ -1,9 +1,13 @@
 //! The broker's TOML configuration, one file per pod of a group (the pod's ordinal decides its
-//! broker id and role), in the format `conveyor broker --config` reads.
+//! broker id and role), in the format `conveyor broker --config` reads: the broker's own
+//! settings model (`conveyor-settings`), filled in and serialised, so a key the broker does not
+//! know cannot be written.
 
-use std::fmt::Write as _;
+use std::net::SocketAddr;
 
-use crate::crd::{MessageQueueCluster, ReplicationMode};
+use conveyor_settings::{BrokerSection, HttpSection, NamesrvSection, Settings, StoreSection};
+
+use crate::crd::{FlushMode, MessageQueueCluster, ReplicationMode};
 
 use super::{names, BROKER_PORT, DATA_DIR, HTTP_PORT};
 
@@ -34,6 +38,25 @@ impl BrokerRole {
     }
 }
 
+impl From<BrokerRole> for conveyor_settings::BrokerRole {
+    fn from(r: BrokerRole) -> Self {
+        match r {
+            BrokerRole::SyncMaster => conveyor_settings::BrokerRole::SyncMaster,
+            BrokerRole::AsyncMaster => conveyor_settings::BrokerRole::AsyncMaster,
+            BrokerRole::Slave => conveyor_settings::BrokerRole::Slave,
+        }
+    }
+}
+
+impl From<FlushMode> for conveyor_settings::FlushMode {
+    fn from(m: FlushMode) -> Self {
+        match m {
+            FlushMode::Sync => conveyor_settings::FlushMode::Sync,
+            FlushMode::Async => conveyor_settings::FlushMode::Async,
+        }
+    }
+}
+
 /// A spec that passed the API server's validation but cannot be rendered.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ConfigError {
@@ -45,6 +68,12 @@ pub enum ConfigError {
     },
     #[error("broker.config key {0:?} must be broker.<key> or store.<key>")]
     BadKey(String),
+    /// The key is `broker.<key>` or `store.<key>` but the broker has no such setting.
+    #[error("broker.config key {key:?} is not a broker setting ({reason})")]
+    UnknownKey { key: String, reason: String },
+    /// The key is one the operator sets itself.
+    #[error("broker.config key {0:?} is set by the operator and cannot be overridden")]
+    Managed(String),
 }
 
 /// Parses `value` as a TOML value (`false`, `72`, `"text"`, `[1, 2]`).
@@ -65,74 +94,117 @@ fn toml_value(key: &str, value: &str) -> Result<toml::Value, ConfigError> {
         })
 }
 
-fn quoted(s: &str) -> String {
-    toml::Value::String(s.to_string()).to_string()
+/// Checks the user's `section.<key>` overrides against the section's model `T` (one key at a
+/// time, so the error names the key) and returns them as `T`. `managed` is what the operator
+/// sets in that section; overriding it is refused.
+fn section_overrides<T>(
+    section: &str,
+    entries: &[(&String, &String, toml::Value)],
+    managed: &T,
+) -> Result<T, ConfigError>
+where
+    T: serde::de::DeserializeOwned + serde::Serialize + Default,
+{
+    let managed = toml::Table::try_from(managed).expect("sections serialise to tables");
+    let mut all = toml::Table::new();
+    for (key, value, v) in entries {
+        let k = &key[section.len() + 1..];
+        let alone = toml::Table::from_iter([(k.to_string(), v.clone())]);
+        if let Err(e) = toml::Value::Table(alone).try_into::<T>() {
+            let reason = e.message().trim_end().to_string();
+            return Err(if reason.starts_with("unknown field") {
+                ConfigError::UnknownKey {
+                    key: (*key).clone(),
+                    reason,
+                }
+            } else {
+                ConfigError::BadValue {
+                    key: (*key).clone(),
+                    value: (*value).clone(),
+                    reason,
+                }
+            });
+        }
+        if managed.contains_key(k) {
+            return Err(ConfigError::Managed((*key).clone()));
+        }
+        all.insert(k.to_string(), v.clone());
+    }
+    Ok(toml::Value::Table(all)
+        .try_into()
+        .expect("each key was checked on its own"))
 }
 
-/// Renders the TOML of pod `ordinal` of broker group `group`.
+/// The settings of pod `ordinal` of broker group `group`, in the broker's own model: what the
+/// operator manages (names, ids, role, addresses, paths, flush mode) plus the user's
+/// `spec.broker.config` overrides, each checked against the model.
+pub fn broker_settings(
+    mqc: &MessageQueueCluster,
+    group: i32,
+    ordinal: i32,
+) -> Result<Settings, ConfigError> {
+    let cluster = mqc.metadata.name.clone().unwrap_or_default();
+    let broker = &mqc.spec.broker;
+    let role = BrokerRole::for_ordinal(ordinal, broker.replication_mode);
+    let mut broker_entries = Vec::new();
+    let mut store_entries = Vec::new();
+    for (key, value) in &broker.config {
+        let v = toml_value(key, value)?;
+        match key.split_once('.') {
+            Some(("broker", k)) if !k.is_empty() => broker_entries.push((key, value, v)),
+            Some(("store", k)) if !k.is_empty() => store_entries.push((key, value, v)),
+            _ => return Err(ConfigError::BadKey(key.clone())),
+        }
+    }
+    let managed = Settings {
+        namesrv: NamesrvSection::default(),
+        broker: BrokerSection {
+            listen: Some(SocketAddr::from(([0, 0, 0, 0], BROKER_PORT as u16))),
+            cluster_name: Some(cluster.clone()),
+            broker_name: Some(names::broker_group(&cluster, group)),
+            broker_id: Some(ordinal.into()),
+            broker_role: Some(role.into()),
+            namesrv_addrs: Some(
+                super::name_server_addresses(mqc)
+                    .split(';')
+                    .map(String::from)
+                    .collect(),
+            ),
+            ..Default::default()
+        },
+        store: StoreSection {
+            data_dir: Some(DATA_DIR.into()),
+            flush_mode: Some(broker.flush_mode.into()),
+            ..Default::default()
+        },
+        http: HttpSection {
+            listen: Some(format!("0.0.0.0:{HTTP_PORT}")),
+        },
+    };
+    let overrides = Settings {
+        broker: section_overrides("broker", &broker_entries, &managed.broker)?,
+        store: section_overrides("store", &store_entries, &managed.store)?,
+        ..Default::default()
+    };
+    Ok(managed.or(overrides))
+}
+
+/// Renders the TOML of pod `ordinal` of broker group `group`: [`broker_settings`] serialised,
+/// under a comment saying where it comes from.
 pub fn render_broker_toml(
     mqc: &MessageQueueCluster,
     group: i32,
     ordinal: i32,
 ) -> Result<String, ConfigError> {
+    let settings = broker_settings(mqc, group, ordinal)?;
     let cluster = mqc.metadata.name.clone().unwrap_or_default();
-    let broker = &mqc.spec.broker;
-    let role = BrokerRole::for_ordinal(ordinal, broker.replication_mode);
-    let mut broker_extra = Vec::new();
-    let mut store_extra = Vec::new();
-    for (key, value) in &broker.config {
-        let v = toml_value(key, value)?;
-        match key.split_once('.') {
-            Some(("broker", k)) if !k.is_empty() => broker_extra.push((k.to_string(), v)),
-            Some(("store", k)) if !k.is_empty() => store_extra.push((k.to_string(), v)),
-            _ => return Err(ConfigError::BadKey(key.clone())),
-        }
-    }
-    let namesrv: Vec<String> = super::name_server_addresses(mqc)
-        .split(';')
-        .map(quoted)
-        .collect();
-    let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "# Rendered by conveyor-operator for MessageQueueCluster {}/{cluster}; changes are overwritten.",
-        super::namespace(mqc)
-    );
-    let _ = writeln!(
-        out,
-        "# Pod {} (ordinal {ordinal}): {}. advertised-addr is passed as a flag (the pod IP).",
+    let role = BrokerRole::for_ordinal(ordinal, mqc.spec.broker.replication_mode);
+    Ok(format!(
+        "# Rendered by conveyor-operator for MessageQueueCluster {}/{cluster}; changes are overwritten.\n\
+         # Pod {} (ordinal {ordinal}): {}. advertised-addr is passed as a flag (the pod IP).\n{}",
+        super::namespace(mqc),
         names::pod(&names::broker_group(&cluster, group), ordinal),
-        role.as_str()
-    );
-    out.push_str("[broker]\n");
-    let _ = writeln!(
-        out,
-        "listen = {}",
-        quoted(&format!("0.0.0.0:{BROKER_PORT}"))
-    );
-    let _ = writeln!(out, "cluster-name = {}", quoted(&cluster));
-    let _ = writeln!(
-        out,
-        "broker-name = {}",
-        quoted(&names::broker_group(&cluster, group))
-    );
-    let _ = writeln!(out, "broker-id = {ordinal}");
-    let _ = writeln!(out, "broker-role = {}", quoted(role.as_str()));
-    let _ = writeln!(out, "namesrv-addrs = [{}]", namesrv.join(", "));
-    for (k, v) in &broker_extra {
-        let _ = writeln!(out, "{k} = {v}");
-    }
-    out.push_str("\n[store]\n");
-    let _ = writeln!(out, "data-dir = {}", quoted(DATA_DIR));
-    let _ = writeln!(
-        out,
-        "flush-mode = {}",
-        quoted(broker.flush_mode.broker_value())
-    );
-    for (k, v) in &store_extra {
-        let _ = writeln!(out, "{k} = {v}");
-    }
-    out.push_str("\n[http]\n");
-    let _ = writeln!(out, "listen = {}", quoted(&format!("0.0.0.0:{HTTP_PORT}")));
-    Ok(out)
+        role.as_str(),
+        settings.to_toml()
+    ))
 }

@@ -17,7 +17,7 @@ use kube::{Resource, ResourceExt};
 use sha2::{Digest, Sha256};
 
 pub use broker::{broker_config_map, broker_headless_service, broker_pdb, broker_statefulset};
-pub use config::{render_broker_toml, BrokerRole, ConfigError};
+pub use config::{broker_settings, render_broker_toml, BrokerRole, ConfigError};
 pub use nameserver::{
     name_server_addresses, name_server_client_service, name_server_headless_service,
     name_server_pdb, name_server_service_address, name_server_statefulset,

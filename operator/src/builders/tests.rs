@@ -430,3 +430,68 @@ fn name_server_services_and_statefulset() {
     let pdb = name_server_pdb(&mqc).spec.unwrap();
     assert_eq!(pdb.max_unavailable, Some(IntOrString::Int(1)));
 }
+
+#[test]
+fn config_overrides_must_be_broker_settings() {
+    let with = |key: &str, value: &str| {
+        let mut mqc = cluster(1, 1);
+        mqc.spec.broker.config.insert(key.into(), value.into());
+        broker_config_map(&mqc, 0)
+    };
+    let err = with("broker.auto-create-topics", "false").unwrap_err();
+    assert!(
+        matches!(err, ConfigError::UnknownKey { ref key, .. } if key == "broker.auto-create-topics"),
+        "{err}"
+    );
+    let text = err.to_string();
+    assert!(
+        text.starts_with("broker.config key \"broker.auto-create-topics\" is not a broker setting"),
+        "{text}"
+    );
+    assert!(
+        text.contains("unknown field `auto-create-topics`"),
+        "{text}"
+    );
+    let err = with("store.retention", "72").unwrap_err();
+    assert!(
+        matches!(err, ConfigError::UnknownKey { ref key, .. } if key == "store.retention"),
+        "{err}"
+    );
+    let err = with("store.retention-hours", "\"three days\"").unwrap_err();
+    assert!(
+        matches!(err, ConfigError::BadValue { ref key, .. } if key == "store.retention-hours"),
+        "{err}"
+    );
+    let err = with("store.flush-mode", "\"sync\"").unwrap_err();
+    assert_eq!(err, ConfigError::Managed("store.flush-mode".into()));
+    let err = with("broker.broker-id", "3").unwrap_err();
+    assert_eq!(err, ConfigError::Managed("broker.broker-id".into()));
+    let err = with("http.listen", "\"0.0.0.0:1\"").unwrap_err();
+    assert_eq!(err, ConfigError::BadKey("http.listen".into()));
+    assert!(with("store.disk-full-ratio", "0.95").is_ok());
+}
+
+#[test]
+fn rendered_config_is_the_documented_text() {
+    let text = render_broker_toml(&cluster(1, 2), 0, 1).unwrap();
+    assert_eq!(
+        text,
+        r#"# Rendered by conveyor-operator for MessageQueueCluster mq/orders; changes are overwritten.
+# Pod orders-broker-0-1 (ordinal 1): SLAVE. advertised-addr is passed as a flag (the pod IP).
+[broker]
+listen = "0.0.0.0:10911"
+cluster-name = "orders"
+broker-name = "orders-broker-0"
+broker-id = 1
+broker-role = "SLAVE"
+namesrv-addrs = ["orders-namesrv-0.orders-namesrv-headless.mq.svc:9876", "orders-namesrv-1.orders-namesrv-headless.mq.svc:9876"]
+
+[store]
+data-dir = "/var/lib/conveyor"
+flush-mode = "async"
+
+[http]
+listen = "0.0.0.0:8080"
+"#
+    );
+}
