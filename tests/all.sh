@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The one test command (README.md, .ci/run): installs what the tests need, caches it under
 # ~/.cache/conveyor (outside the checkout, so a fresh clone on the same machine reuses it), and
-# runs every test: the Rust workspace (unit, property, crash, torn-tail, full-disk tests) and
+# runs every test: formatting and clippy checks, the Rust workspace (unit, property, crash, torn-tail, full-disk tests) and
 # the real-client compatibility suite when present.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -12,6 +12,12 @@ if [ "${CI:-}" = "true" ]; then
   export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$CONVEYOR_CACHE/target}"
 fi
 export CARGO_TERM_COLOR=never
+
+echo "== cargo fmt --check"
+cargo fmt --all -- --check
+
+echo "== cargo clippy --all-targets -- -D warnings"
+cargo clippy --workspace --all-targets -- -D warnings
 
 echo "== cargo test --workspace"
 cargo test --workspace --all-targets 2>&1 | tee "$CONVEYOR_CACHE/cargo-test.log"

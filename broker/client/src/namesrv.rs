@@ -91,9 +91,9 @@ impl NameServerClient {
                 }
                 Err(e) if e.is_transport() => {
                     warn!(addr, error = %e, "name server unreachable; trying the next one");
-                    last_err = e;
+                    last_err = e.into();
                 }
-                Err(e) => return Err(e),
+                Err(e) => return Err(e.into()),
             }
         }
         Err(last_err)

@@ -272,7 +272,7 @@ impl Producer {
         let request =
             RemotingCommand::request(request_code::SEND_MESSAGE_V2, header.to_ext_fields())
                 .with_body(msg.body.clone());
-        self.remoting.invoke_oneway(addr, request).await
+        Ok(self.remoting.invoke_oneway(addr, request).await?)
     }
 
     /// Sends several messages of one topic as one SEND_BATCH_MESSAGE to one queue; they get
@@ -332,7 +332,7 @@ impl Producer {
                 .await
             {
                 Ok(resp) => parse_send_response(resp, &queue, msg_id.clone()),
-                Err(e) => Err(e),
+                Err(e) => Err(e.into()),
             };
             match result {
                 Ok(r) => return Ok(r),
@@ -419,7 +419,8 @@ impl Producer {
             .remoting
             .invoke_timeout(addr, request, self.config.send_timeout)
             .await?;
-        crate::remoting::expect_success(response).map(|_| ())
+        crate::remoting::expect_success(response)?;
+        Ok(())
     }
 
     fn header(

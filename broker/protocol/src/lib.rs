@@ -12,6 +12,7 @@
 //! - [`route`]: JSON bodies for routes, registration, heartbeats, locks and consumer lists.
 //! - [`json`]: the compact, ASCII-escaped JSON dialect RocketMQ peers expect.
 #![forbid(unsafe_code)]
+#![warn(missing_docs)]
 
 pub mod batch;
 pub mod code;

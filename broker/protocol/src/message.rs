@@ -47,32 +47,78 @@ pub const MAX_PROPERTIES_LEN: usize = i16::MAX as usize;
 
 /// Well-known property keys (docs/protocol.md §4.3).
 pub mod keys {
+    /// Application keys of a message, several separated by [`KEY_SEPARATOR`]; indexed for
+    /// QUERY_MESSAGE. RocketMQ's KEYS.
     pub const KEYS: &str = "KEYS";
+    /// The message's single tag, which tag filtering compares; RocketMQ's TAGS.
     pub const TAGS: &str = "TAGS";
+    /// `"true"` / `"false"`: whether the producer wants the SEND answer only after the flush;
+    /// RocketMQ's WAIT.
     pub const WAIT_STORE_MSG_OK: &str = "WAIT";
+    /// Delay level of a message (1-based index into the broker's delay levels, 1s … 2h by default);
+    /// RocketMQ's DELAY.
     pub const DELAY_TIME_LEVEL: &str = "DELAY";
+    /// Original topic of a message that now lives in `%RETRY%<group>`; RocketMQ's RETRY_TOPIC.
     pub const RETRY_TOPIC: &str = "RETRY_TOPIC";
+    /// Real destination topic of a message parked in the schedule, timer or half topic; RocketMQ's
+    /// REAL_TOPIC.
     pub const REAL_TOPIC: &str = "REAL_TOPIC";
+    /// Real destination queue id of a message parked in the schedule, timer or half topic;
+    /// RocketMQ's REAL_QID.
     pub const REAL_QUEUE_ID: &str = "REAL_QID";
+    /// `"true"` on a transactional (half) message; RocketMQ's TRAN_MSG.
     pub const TRANSACTION_PREPARED: &str = "TRAN_MSG";
+    /// Producer group that sent a transactional message, used to pick a connection for check-backs;
+    /// RocketMQ's PGROUP.
     pub const PRODUCER_GROUP: &str = "PGROUP";
+    /// Queue's minimum offset, filled in client-side from the PULL response header (never stored);
+    /// RocketMQ's MIN_OFFSET.
     pub const MIN_OFFSET: &str = "MIN_OFFSET";
+    /// Queue's maximum offset, filled in client-side from the PULL response header (never stored);
+    /// RocketMQ's MAX_OFFSET.
     pub const MAX_OFFSET: &str = "MAX_OFFSET";
+    /// Message id of the first delivery of a retried message; RocketMQ's ORIGIN_MESSAGE_ID.
     pub const ORIGIN_MESSAGE_ID: &str = "ORIGIN_MESSAGE_ID";
+    /// Reconsume count, set when a consumer re-sends a failed message itself as a normal SEND;
+    /// RocketMQ's RECONSUME_TIME.
     pub const RECONSUME_TIME: &str = "RECONSUME_TIME";
+    /// Consumer's maximum reconsume count, set alongside [`RECONSUME_TIME`]; RocketMQ's
+    /// MAX_RECONSUME_TIMES.
     pub const MAX_RECONSUME_TIMES: &str = "MAX_RECONSUME_TIMES";
+    /// Region of the storing broker, added by brokers and returned as a SEND response ext field;
+    /// RocketMQ's MSG_REGION.
     pub const MSG_REGION: &str = "MSG_REGION";
+    /// Whether message tracing is on, added by brokers and returned as a SEND response ext field;
+    /// RocketMQ's TRACE_ON.
     pub const TRACE_SWITCH: &str = "TRACE_ON";
+    /// Client-generated message id, the id applications see; RocketMQ's UNIQ_KEY.
     pub const UNIQ_CLIENT_MESSAGE_ID_KEYIDX: &str = "UNIQ_KEY";
+    /// Transaction id (equal to UNIQ_KEY), added to half messages; RocketMQ's `__transactionId__`.
     pub const TRANSACTION_ID: &str = "__transactionId__";
+    /// Per-message override of the delay before the first transaction check, in seconds; RocketMQ's
+    /// CHECK_IMMUNITY_TIME_IN_SECONDS.
     pub const CHECK_IMMUNITY_TIME_IN_SECONDS: &str = "CHECK_IMMUNITY_TIME_IN_SECONDS";
+    /// Broker-internal count of transaction checks done for a half message; RocketMQ's
+    /// TRANSACTION_CHECK_TIMES.
     pub const TRANSACTION_CHECK_TIMES: &str = "TRANSACTION_CHECK_TIMES";
+    /// Broker-internal transaction bookkeeping: queue offset of the half message; RocketMQ's
+    /// TRAN_PREPARED_QUEUE_OFFSET.
     pub const TRANSACTION_PREPARED_QUEUE_OFFSET: &str = "TRAN_PREPARED_QUEUE_OFFSET";
+    /// 5.x timer message: absolute delivery time in ms since the epoch; RocketMQ's
+    /// TIMER_DELIVER_MS.
     pub const TIMER_DELIVER_MS: &str = "TIMER_DELIVER_MS";
+    /// 5.x timer message: delivery delay in seconds, relative to arrival; RocketMQ's
+    /// TIMER_DELAY_SEC.
     pub const TIMER_DELAY_SEC: &str = "TIMER_DELAY_SEC";
+    /// 5.x timer message: delivery delay in ms, relative to arrival; RocketMQ's TIMER_DELAY_MS.
     pub const TIMER_DELAY_MS: &str = "TIMER_DELAY_MS";
+    /// Cluster name of the storing broker, added on store; RocketMQ's CLUSTER.
     pub const CLUSTER: &str = "CLUSTER";
+    /// 5.x dead-letter metadata: topic the message had before it went to `%DLQ%<group>`; RocketMQ's
+    /// DLQ_ORIGIN_TOPIC.
     pub const DLQ_ORIGIN_TOPIC: &str = "DLQ_ORIGIN_TOPIC";
+    /// 5.x dead-letter metadata: id of the message before it went to `%DLQ%<group>`; RocketMQ's
+    /// DLQ_ORIGIN_MESSAGE_ID.
     pub const DLQ_ORIGIN_MESSAGE_ID: &str = "DLQ_ORIGIN_MESSAGE_ID";
     /// Separator between several keys in the KEYS property.
     pub const KEY_SEPARATOR: char = ' ';
@@ -81,24 +127,49 @@ pub mod keys {
 /// Why a byte slice is not a valid record.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RecordError {
+    /// The slice ends before the record does.
     #[error("record truncated: need {need} bytes, have {have}")]
-    Truncated { need: usize, have: usize },
+    Truncated {
+        /// Bytes needed.
+        need: usize,
+        /// Bytes available.
+        have: usize,
+    },
+    /// MAGICCODE is none of the known record magics.
     #[error("bad magic code {0:#010x}")]
     BadMagic(u32),
+    /// TOTALSIZE is below the minimum or does not fit the record's field lengths.
     #[error("bad total size {0}")]
     BadSize(i64),
+    /// BODYCRC does not match the stored body.
     #[error("body CRC mismatch: stored {stored:#x}, computed {computed:#x}")]
-    BodyCrc { stored: u32, computed: u32 },
+    BodyCrc {
+        /// CRC in the record.
+        stored: u32,
+        /// CRC of the body.
+        computed: u32,
+    },
+    /// The checksum trailer does not match the record bytes.
     #[error("record CRC mismatch: stored {stored}, computed {computed}")]
-    RecordCrc { stored: u32, computed: u32 },
+    RecordCrc {
+        /// CRC in the trailer.
+        stored: u32,
+        /// CRC of the record.
+        computed: u32,
+    },
+    /// The record has no intact `__CRC32#` checksum trailer.
     #[error("record checksum trailer missing or damaged")]
     MissingRecordCrc,
+    /// The topic bytes are not valid UTF-8.
     #[error("topic is not UTF-8")]
     TopicNotUtf8,
+    /// The properties string is not valid UTF-8.
     #[error("properties are not UTF-8")]
     PropertiesNotUtf8,
+    /// The properties string (bytes given) exceeds the int16 length limit.
     #[error("properties too long: {0} bytes (max {MAX_PROPERTIES_LEN})")]
     PropertiesTooLong(usize),
+    /// The topic (bytes given) is too long for a record's 2-byte topic length.
     #[error("topic too long: {0} bytes")]
     TopicTooLong(usize),
 }
@@ -208,19 +279,34 @@ impl FromIterator<(String, String)> for Properties {
 /// A fully decoded record (RocketMQ's `MessageExt`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StoredMessage {
+    /// TOPIC: the topic the message is stored under.
     pub topic: String,
+    /// QUEUEID: the queue within the topic.
     pub queue_id: i32,
+    /// FLAG: the producer's user flag.
     pub flag: i32,
+    /// QUEUEOFFSET: position in the topic-queue's consume queue.
     pub queue_offset: i64,
+    /// PHYSICALOFFSET: where the record starts in the CommitLog.
     pub physical_offset: i64,
+    /// SYSFLAG: compression, transaction type and IPv6 bits.
     pub sys_flag: i32,
+    /// BORNTIMESTAMP: ms since the epoch, producer clock.
     pub born_timestamp: i64,
+    /// BORNHOST: address of the producer that sent the message.
     pub born_host: SocketAddr,
+    /// STORETIMESTAMP: ms since the epoch, broker clock.
     pub store_timestamp: i64,
+    /// STOREHOST: address of the storing broker.
     pub store_host: SocketAddr,
+    /// RECONSUMETIMES: how often the message has been redelivered for retry.
     pub reconsume_times: i32,
+    /// PREPAREDTRANSACTIONOFFSET: for a committed transactional message, the CommitLog offset of
+    /// its half message; else 0.
     pub prepared_transaction_offset: i64,
+    /// The body as stored (possibly compressed, see SYSFLAG).
     pub body: Bytes,
+    /// The message properties (checksum trailer not included).
     pub properties: Properties,
 }
 
@@ -594,37 +680,49 @@ impl<'a> RecordView<'a> {
     pub fn total_size(&self) -> usize {
         self.buf.len()
     }
+    /// QUEUEID.
     pub fn queue_id(&self) -> i32 {
         be_i32(self.buf, 12)
     }
+    /// FLAG: the producer's user flag.
     pub fn flag(&self) -> i32 {
         be_i32(self.buf, 16)
     }
+    /// QUEUEOFFSET: position in the consume queue.
     pub fn queue_offset(&self) -> i64 {
         be_i64(self.buf, QUEUE_OFFSET_POS)
     }
+    /// PHYSICALOFFSET: where the record starts in the CommitLog.
     pub fn physical_offset(&self) -> i64 {
         be_i64(self.buf, PHYSICAL_OFFSET_POS)
     }
+    /// SYSFLAG.
     pub fn sys_flag(&self) -> i32 {
         be_i32(self.buf, SYS_FLAG_POS)
     }
+    /// BORNTIMESTAMP: ms, producer clock.
     pub fn born_timestamp(&self) -> i64 {
         be_i64(self.buf, BORN_TIMESTAMP_POS)
     }
+    /// STORETIMESTAMP: ms, broker clock.
     pub fn store_timestamp(&self) -> i64 {
         be_i64(self.buf, self.store_host_pos - 8)
     }
+    /// RECONSUMETIMES.
     pub fn reconsume_times(&self) -> i32 {
         let at = self.body_pos - 4 - 8 - 4;
         be_i32(self.buf, at)
     }
+    /// PREPAREDTRANSACTIONOFFSET: CommitLog offset of the half message of a committed transaction,
+    /// else 0.
     pub fn prepared_transaction_offset(&self) -> i64 {
         be_i64(self.buf, self.body_pos - 4 - 8)
     }
+    /// The body as stored (possibly compressed).
     pub fn body(&self) -> &'a [u8] {
         &self.buf[self.body_pos..self.body_pos + self.body_len]
     }
+    /// The raw topic bytes.
     pub fn topic_bytes(&self) -> &'a [u8] {
         &self.buf[self.topic_pos..self.topic_pos + self.topic_len]
     }
@@ -665,9 +763,11 @@ impl<'a> RecordView<'a> {
         };
         SocketAddr::new(ip, be_i32(self.buf, port_at) as u16)
     }
+    /// BORNHOST: the producer's address.
     pub fn born_host(&self) -> SocketAddr {
         self.host(48, self.sys_flag() & sysflag::BORNHOST_V6 != 0)
     }
+    /// STOREHOST: the storing broker's address.
     pub fn store_host(&self) -> SocketAddr {
         self.host(
             self.store_host_pos,

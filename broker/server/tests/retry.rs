@@ -242,3 +242,79 @@ async fn send_back_of_a_missing_offset_is_refused() {
     }
     assert_eq!(broker.store().max_offset(&format!("%DLQ%{group}"), 0), 0);
 }
+
+/// RocketMQ allows retry and dead-letter topic names up to 255 characters (ordinary topics up
+/// to 127): a group with a 248-character name gets a 255-character `%RETRY%` topic, which the
+/// client, the broker and the store all accept, and its 253-character `%DLQ%` topic too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retry_and_dlq_topics_of_255_characters_work_end_to_end() {
+    let server = server().await;
+    let topic = "RetryLongGroup";
+    let group = format!("CG_{}", "g".repeat(245));
+    let retry_topic = format!("%RETRY%{group}");
+    let dlq_topic = format!("%DLQ%{group}");
+    assert_eq!(retry_topic.len(), 255);
+    let q = server.create_topic(topic, 1).await.remove(0);
+    let producer = server.producer("PG_long");
+    let consumer = server.consumer(&group);
+    producer
+        .send(&Message::new(topic, "long group").with_tags("L"))
+        .await
+        .expect("send");
+    let mut offset = 0;
+    let original = pull_until(&consumer, &q, &mut offset, DEADLINE, |g| !g.is_empty())
+        .await
+        .remove(0);
+    let origin_id = prop(&original, keys::UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
+        .unwrap()
+        .to_string();
+    let mut raw = server.raw().await;
+    let r = raw
+        .request(send_back(original.physical_offset, &group, 1, &origin_id))
+        .await;
+    assert_eq!(r.code, response_code::SUCCESS, "send back: {r:?}");
+    let rq = server.wait_route(&retry_topic, 1).await.remove(0);
+    let mut retry_offset = 0;
+    let retried = pull_until(&consumer, &rq, &mut retry_offset, DEADLINE, |g| {
+        !g.is_empty()
+    })
+    .await;
+    assert_eq!(retried.len(), 1, "{retried:?}");
+    assert_eq!(retried[0].topic, retry_topic);
+    assert_same_content(&retried[0], &original);
+
+    // A producer may write to the 255-character topic directly, as RocketMQ allows.
+    producer
+        .send(&Message::new(retry_topic.as_str(), "direct").with_tags("D"))
+        .await
+        .expect("send to the 255-character retry topic");
+    let direct = pull_until(&consumer, &rq, &mut retry_offset, DEADLINE, |g| {
+        !g.is_empty()
+    })
+    .await;
+    assert_eq!(direct.len(), 1, "{direct:?}");
+    assert_eq!(&direct[0].body[..], b"direct");
+
+    let r = raw
+        .request(send_back(
+            retried[0].physical_offset,
+            &group,
+            -1,
+            &origin_id,
+        ))
+        .await;
+    assert_eq!(r.code, response_code::SUCCESS, "dead-letter: {r:?}");
+    let dq = server.wait_route(&dlq_topic, 1).await.remove(0);
+    let mut dlq_offset = 0;
+    let dead = pull_until(&consumer, &dq, &mut dlq_offset, DEADLINE, |g| !g.is_empty()).await;
+    assert_eq!(dead.len(), 1);
+    assert_eq!(dead[0].topic, dlq_topic);
+
+    // One character more is refused (by the client, with the same rule the broker applies).
+    let too_long = format!("{retry_topic}x");
+    let err = producer
+        .send(&Message::new(too_long.as_str(), "x"))
+        .await
+        .expect_err("a 256-character retry topic is refused");
+    assert!(err.to_string().contains("255"), "{err}");
+}

@@ -13,6 +13,8 @@
 //!
 //! Keys are kebab-case (`cluster-name`); RocketMQ's camelCase name is given where one exists.
 
+#![deny(missing_docs)]
+
 mod error;
 mod sections;
 mod values;

@@ -111,7 +111,7 @@ fn run_case(
     let count = Arc::new(AtomicU64::new(0));
     // Appenders are tasks on a 2-thread tokio runtime, as the broker's connections are: an
     // append is a short critical section, and under SYNC flush a task awaits group commit
-    // on the store's flushed-offset watch instead of parking an OS thread.
+    // on a flush ticket instead of parking an OS thread.
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .build()
@@ -128,8 +128,7 @@ fn run_case(
                     let (placed, _) = store.append(std::slice::from_ref(&m)).unwrap();
                     if mode == FlushMode::Sync {
                         let end = placed[0].physical_offset + placed[0].size as u64;
-                        let mut rx = store.request_flush(end);
-                        rx.wait_for(|f| *f >= end).await.unwrap();
+                        assert!(store.request_flush(end).wait().await);
                     } else if n.is_multiple_of(64) {
                         tokio::task::yield_now().await;
                     }

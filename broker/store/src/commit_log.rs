@@ -31,8 +31,11 @@ pub struct EncodedBatch {
 /// Where a record landed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Placement {
+    /// PHYSICALOFFSET: where the record starts in the CommitLog.
     pub physical_offset: u64,
+    /// QUEUEOFFSET: position in the topic-queue's consume queue.
     pub queue_offset: i64,
+    /// Record size in bytes (TOTALSIZE).
     pub size: usize,
 }
 

@@ -10,7 +10,12 @@ use std::path::PathBuf;
 pub enum StoreError {
     /// The encoded record is larger than `max_message_size`.
     #[error("message of {size} bytes exceeds the maximum message size of {max} bytes")]
-    MessageTooLarge { size: usize, max: usize },
+    MessageTooLarge {
+        /// Record size in bytes.
+        size: usize,
+        /// Maximum allowed size in bytes.
+        max: usize,
+    },
     /// The topic name breaks RocketMQ's rules.
     #[error("invalid topic {topic:?}: {reason}")]
     InvalidTopic {
@@ -31,7 +36,9 @@ pub enum StoreError {
     /// An IO operation failed.
     #[error("{context}: {source}")]
     Io {
+        /// What the store was doing.
         context: String,
+        /// The underlying IO error.
         #[source]
         source: io::Error,
     },

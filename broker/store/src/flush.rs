@@ -4,14 +4,17 @@
 //! durable and wait; one flusher thread msyncs everything written so far and wakes all whose
 //! offsets are covered, so concurrent appends share one flush. ASYNC_FLUSH is the
 //! FlushRealTimeService: flush on an interval when enough pages are dirty, and fully now and
-//! then. The flushed offset is also published on a `tokio::sync::watch`, so async callers
-//! await group commit without parking a thread.
+//! then. Async callers (the broker's handlers) hold a [`FlushTicket`] instead of parking a
+//! thread: waiters are kept by the offset they need, and a flush completes exactly those it
+//! covers (RocketMQ's GroupCommitRequest futures), so a flush costs one wake-up per released
+//! waiter, not one per waiter.
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use tokio::sync::watch;
+use tokio::sync::oneshot;
 
 use crate::commit_log::CommitLog;
 use crate::config::{FlushMode, StoreConfig};
@@ -29,8 +32,8 @@ pub(crate) struct FlushService {
     done: Condvar,
     /// Flush requests since the flusher last started a flush (group-commit batch size).
     requests: AtomicUsize,
-    /// The flushed offset, for async waiters.
-    flushed_tx: watch::Sender<u64>,
+    /// Async waiters by the offset they need durable.
+    tickets: Mutex<BTreeMap<u64, Vec<oneshot::Sender<()>>>>,
 }
 
 impl Default for FlushService {
@@ -40,8 +43,20 @@ impl Default for FlushService {
             work: Condvar::new(),
             done: Condvar::new(),
             requests: AtomicUsize::new(0),
-            flushed_tx: watch::channel(0).0,
+            tickets: Mutex::new(BTreeMap::new()),
         }
+    }
+}
+
+/// Completes once the CommitLog is durable up to the offset it was taken for.
+#[derive(Debug)]
+pub struct FlushTicket(oneshot::Receiver<()>);
+
+impl FlushTicket {
+    /// Waits for the flush; `false` if the store shut down before it (callers bound the wait
+    /// with their own timeout).
+    pub async fn wait(self) -> bool {
+        self.0.await.is_ok()
     }
 }
 
@@ -56,14 +71,33 @@ impl FlushService {
         }
     }
 
-    /// A receiver of the flushed offset.
-    pub(crate) fn subscribe(&self) -> watch::Receiver<u64> {
-        self.flushed_tx.subscribe()
+    /// A ticket that completes once `log` is durable up to `end`, and a request for that flush.
+    pub(crate) fn ticket(&self, log: &CommitLog, end: u64) -> FlushTicket {
+        let (tx, rx) = oneshot::channel();
+        {
+            // Checked under the lock the flusher completes tickets under, so a flush that
+            // lands between the check and the insert still sees this ticket.
+            let mut tickets = self.tickets.lock().unwrap_or_else(|e| e.into_inner());
+            if log.flushed_offset() >= end {
+                let _ = tx.send(());
+                return FlushTicket(rx);
+            }
+            tickets.entry(end).or_default().push(tx);
+        }
+        self.request(end);
+        FlushTicket(rx)
     }
 
-    /// Publishes `offset` as flushed (recovery: the recovered log is durable).
-    pub(crate) fn publish(&self, offset: u64) {
-        self.flushed_tx.send_replace(offset);
+    /// Completes every ticket for an offset at or below `flushed`.
+    fn complete_tickets(&self, flushed: u64) {
+        let done = {
+            let mut tickets = self.tickets.lock().unwrap_or_else(|e| e.into_inner());
+            let later = tickets.split_off(&(flushed + 1));
+            std::mem::replace(&mut *tickets, later)
+        };
+        for tx in done.into_values().flatten() {
+            let _ = tx.send(());
+        }
     }
 
     /// Blocks until `log` is durable up to `end`, `timeout` passes or shutdown begins.
@@ -106,13 +140,7 @@ impl FlushService {
     fn flush_now(&self, log: &CommitLog) {
         let target = log.max_offset();
         match log.flush(target) {
-            Ok(flushed) => {
-                self.flushed_tx.send_if_modified(|v| {
-                    let changed = *v != flushed;
-                    *v = flushed;
-                    changed
-                });
-            }
+            Ok(flushed) => self.complete_tickets(flushed),
             Err(e) => tracing::error!(error = %e, "commit log flush failed"),
         }
         let _req = self.requested.lock().unwrap_or_else(|e| e.into_inner());

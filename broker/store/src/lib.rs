@@ -13,6 +13,7 @@
 //!
 //! On disk (like RocketMQ's): `commitlog/`, `consumequeue/<topic>/<queueId>/`, `index/`,
 //! `config/`, `checkpoint`, `abort`, `lock`.
+#![warn(missing_docs)]
 
 mod allocate;
 pub mod checkpoint;
@@ -43,5 +44,6 @@ pub use core::ArrivalListener;
 pub use disk::disk_usage;
 pub use error::{Result, StoreError};
 pub use filter::{AcceptAll, MessageFilter};
+pub use flush::FlushTicket;
 pub use recovery::RecoveryReport;
 pub use store::{validate_topic, GetResult, GetStatus, MessageStore, PutResult, PutStatus};

@@ -72,7 +72,6 @@ pub(crate) fn recover(core: &StoreCore, unclean: bool, started: Instant) -> Resu
         cq.correct_min(min);
     }
     core.dispatched.store(end, Ordering::Release);
-    core.flush.publish(end);
     core.checkpoint()?;
     let report = RecoveryReport {
         unclean,

@@ -10,13 +10,13 @@ use std::time::{Duration, Instant};
 
 use conveyor_protocol::message::{encode_message, keys, RecordView, StoredMessage};
 use conveyor_protocol::time::now_ms;
-use tokio::sync::watch;
 
 use crate::commit_log::{CommitLog, EncodedBatch, Placement, RecordSlice};
 use crate::config::{FlushMode, StoreConfig};
 use crate::core::{ArrivalListener, StoreCore};
 use crate::error::{IoContext, Result, StoreError};
 use crate::filter::MessageFilter;
+use crate::flush::FlushTicket;
 use crate::index::IndexService;
 use crate::mapped_file::{sync_dir, Allocation};
 use crate::queues::ConsumeQueueTable;
@@ -45,6 +45,7 @@ pub enum PutStatus {
 /// Result of a put.
 #[derive(Debug, Clone)]
 pub struct PutResult {
+    /// Whether the put is as durable as the flush mode requires.
     pub status: PutStatus,
     /// One placement per message, in order.
     pub placements: Vec<Placement>,
@@ -76,13 +77,17 @@ pub enum GetStatus {
 /// Messages read from a queue.
 #[derive(Debug, Clone)]
 pub struct GetResult {
+    /// RocketMQ's GetMessageStatus of the read.
     pub status: GetStatus,
+    /// The records read, in queue order.
     pub messages: Vec<RecordSlice>,
     /// Queue offsets of `messages`.
     pub queue_offsets: Vec<i64>,
     /// Where the next read should start.
     pub next_begin_offset: i64,
+    /// Lowest queue offset still readable.
     pub min_offset: i64,
+    /// Next queue offset to be written (one past the last entry).
     pub max_offset: i64,
 }
 
@@ -290,12 +295,10 @@ impl MessageStore {
             .wait(&self.core.commit_log, &self.core.shutdown, end, timeout)
     }
 
-    /// Asks the flusher to flush up to `end` and returns a receiver of the flushed offset,
+    /// Asks the flusher to flush up to `end` and returns a ticket that completes when it has,
     /// for async callers (the broker) that wait without blocking a thread.
-    pub fn request_flush(&self, end: u64) -> watch::Receiver<u64> {
-        let rx = self.core.flush.subscribe();
-        self.core.flush.request(end);
-        rx
+    pub fn request_flush(&self, end: u64) -> FlushTicket {
+        self.core.flush.ticket(&self.core.commit_log, end)
     }
 
     /// Reads up to `max_count` messages (and about `max_bytes`) from a queue starting at

@@ -15,8 +15,7 @@ pub async fn durable(store: &MessageStore, end: u64) -> bool {
     if !sync_flush(store) {
         return true;
     }
-    let mut rx = store.request_flush(end);
+    let ticket = store.request_flush(end);
     let timeout = store.config().sync_flush_timeout;
-    let flushed = tokio::time::timeout(timeout, rx.wait_for(|f| *f >= end)).await;
-    matches!(flushed, Ok(Ok(_)))
+    matches!(tokio::time::timeout(timeout, ticket.wait()).await, Ok(true))
 }

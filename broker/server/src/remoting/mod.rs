@@ -7,8 +7,8 @@ mod link;
 mod server;
 
 pub use connection::{Connection, ConnectionId};
-/// The tokio-util framing shared with the client crate (one adapter for both sides).
-pub use conveyor_client::remoting::{CodecError, RemotingCodec};
+/// The tokio-util framing shared with the client (one adapter for both sides).
+pub use conveyor_remoting::{CodecError, RemotingCodec};
 pub use link::Link;
 pub(crate) use server::not_supported;
 pub use server::{serve, Processor};

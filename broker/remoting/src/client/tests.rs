@@ -145,7 +145,7 @@ async fn timeout_then_connection_still_usable() {
         .await
         .unwrap_err();
     assert!(
-        matches!(err, ClientError::Timeout { code: SILENT, .. }),
+        matches!(err, RemotingError::Timeout { code: SILENT, .. }),
         "{err:?}"
     );
     assert!(err.is_transport());
@@ -154,7 +154,7 @@ async fn timeout_then_connection_still_usable() {
         .invoke_timeout(&addr, echo("late", 300), Duration::from_millis(50))
         .await
         .unwrap_err();
-    assert!(matches!(err, ClientError::Timeout { .. }));
+    assert!(matches!(err, RemotingError::Timeout { .. }));
     let resp = client.invoke(&addr, echo("ok", 0)).await.unwrap();
     assert_eq!(resp.ext("echo"), Some("ok"));
     tokio::time::sleep(Duration::from_millis(350)).await;
@@ -208,7 +208,7 @@ async fn reconnects_after_the_peer_hangs_up() {
         .await
         .unwrap_err();
     assert!(
-        matches!(err, ClientError::ConnectionClosed { .. }),
+        matches!(err, RemotingError::ConnectionClosed { .. }),
         "{err:?}"
     );
     let resp = client.invoke(&addr, echo("b", 0)).await.unwrap();
@@ -243,7 +243,7 @@ async fn connect_failure_and_server_errors() {
     drop(listener);
     let client = RemotingClient::default();
     let err = client.invoke(&addr, echo("x", 0)).await.unwrap_err();
-    assert!(matches!(err, ClientError::Connect { .. }), "{err:?}");
+    assert!(matches!(err, RemotingError::Connect { .. }), "{err:?}");
 
     let e = expect_success(RemotingCommand::response(17, Some("no topic".into()))).unwrap_err();
     assert_eq!(e.code(), Some(17));
@@ -268,7 +268,7 @@ async fn close_fails_waiters() {
     client.close();
     let err = waiting.await.unwrap().unwrap_err();
     assert!(
-        matches!(err, ClientError::ConnectionClosed { .. }),
+        matches!(err, RemotingError::ConnectionClosed { .. }),
         "{err:?}"
     );
     // And the client still works afterwards.
