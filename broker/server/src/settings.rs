@@ -258,10 +258,19 @@ pub fn app_config(role: Role, settings: Settings) -> Result<AppConfig, SettingsE
         Some(s) => parse_http(s)?,
         None => Some(SocketAddr::from(([0, 0, 0, 0], 8080))),
     };
+    // A role's listen address comes from its own section; the other one keeps the default.
+    let namesrv_listen = match role {
+        Role::NameServer | Role::Standalone => namesrv.listen.unwrap_or(default_ns),
+        Role::Broker => default_ns,
+    };
+    let broker_listen = match role {
+        Role::Broker | Role::Standalone => b.listen.unwrap_or(default_broker),
+        Role::NameServer => default_broker,
+    };
     Ok(AppConfig {
         role,
-        namesrv_listen: namesrv.listen.unwrap_or(default_ns),
-        broker_listen: b.listen.unwrap_or(default_broker),
+        namesrv_listen,
+        broker_listen,
         http_listen,
         broker,
         store,
