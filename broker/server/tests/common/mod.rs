@@ -389,11 +389,7 @@ pub async fn http_get(addr: SocketAddr, path: &str) -> std::io::Result<(u16, Str
 }
 
 /// Milliseconds since the epoch.
-pub fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
-}
+pub use conveyor_protocol::time::now_ms;
 
 /// Waits until `queue`'s max offset reaches `at_least`. A send is acknowledged once appended
 /// to the commit log; the consume queue is built by the store's dispatcher a moment later
