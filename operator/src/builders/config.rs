@@ -94,6 +94,10 @@ fn toml_value(key: &str, value: &str) -> Result<toml::Value, ConfigError> {
         })
 }
 
+/// Keys the operator sets on the command line rather than in the file (the pod IP is only known
+/// at run time), so they cannot be overridden either.
+const FLAG_MANAGED: [&str; 1] = ["broker.advertised-addr"];
+
 /// Checks the user's `section.<key>` overrides against the section's model `T` (one key at a
 /// time, so the error names the key) and returns them as `T`. `managed` is what the operator
 /// sets in that section; overriding it is refused.
@@ -125,7 +129,7 @@ where
                 }
             });
         }
-        if managed.contains_key(k) {
+        if managed.contains_key(k) || FLAG_MANAGED.contains(&key.as_str()) {
             return Err(ConfigError::Managed((*key).clone()));
         }
         all.insert(k.to_string(), v.clone());

@@ -466,6 +466,8 @@ fn config_overrides_must_be_broker_settings() {
     assert_eq!(err, ConfigError::Managed("store.flush-mode".into()));
     let err = with("broker.broker-id", "3").unwrap_err();
     assert_eq!(err, ConfigError::Managed("broker.broker-id".into()));
+    let err = with("broker.advertised-addr", "\"10.0.0.1:10911\"").unwrap_err();
+    assert_eq!(err, ConfigError::Managed("broker.advertised-addr".into()));
     let err = with("http.listen", "\"0.0.0.0:1\"").unwrap_err();
     assert_eq!(err, ConfigError::BadKey("http.listen".into()));
     assert!(with("store.disk-full-ratio", "0.95").is_ok());
