@@ -20,7 +20,7 @@ echo "== cargo clippy --all-targets -- -D warnings"
 cargo clippy --workspace --all-targets -- -D warnings
 
 echo "== no import circle inside any crate (tests/arch/import_cycles.py)"
-python3 tests/arch/import_cycles.py broker/protocol broker/remoting broker/store broker/client broker/server operator
+python3 tests/arch/import_cycles.py broker/protocol broker/remoting broker/settings broker/store broker/client broker/server operator
 
 echo "== cargo test --workspace"
 cargo test --workspace --all-targets 2>&1 | tee "$CONVEYOR_CACHE/cargo-test.log"

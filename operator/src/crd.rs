@@ -63,6 +63,9 @@ pub struct MessageQueueClusterSpec {
 }
 
 /// Image pull policy.
+// Variants are documented by their names (Kubernetes' own values); doc comments on them would
+// turn the generated schema's `enum` into a `oneOf` and change the CRD.
+#[allow(missing_docs)]
 #[derive(Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
 pub enum ImagePullPolicy {
     Always,
@@ -71,6 +74,7 @@ pub enum ImagePullPolicy {
 }
 
 impl ImagePullPolicy {
+    /// The value Kubernetes expects.
     pub fn as_str(self) -> &'static str {
         match self {
             ImagePullPolicy::Always => "Always",
@@ -157,6 +161,9 @@ pub struct StorageSpec {
 }
 
 /// Flush mode of the broker's store.
+// Variants are documented by their names (Kubernetes' own values); doc comments on them would
+// turn the generated schema's `enum` into a `oneOf` and change the CRD.
+#[allow(missing_docs)]
 #[derive(Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, Default, JsonSchema)]
 pub enum FlushMode {
     Sync,
@@ -175,6 +182,9 @@ impl FlushMode {
 }
 
 /// Master-to-slave replication mode.
+// Variants are documented by their names (Kubernetes' own values); doc comments on them would
+// turn the generated schema's `enum` into a `oneOf` and change the CRD.
+#[allow(missing_docs)]
 #[derive(Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, Default, JsonSchema)]
 pub enum ReplicationMode {
     Sync,
@@ -183,6 +193,8 @@ pub enum ReplicationMode {
 }
 
 /// Pod placement.
+// The fields are the Kubernetes pod fields of the same names, copied into each pod template.
+#[allow(missing_docs)]
 #[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Default, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Placement {
@@ -197,6 +209,7 @@ pub struct Placement {
 }
 
 impl Placement {
+    /// True when no placement field is set.
     pub fn is_empty(&self) -> bool {
         self.affinity.is_none()
             && self.tolerations.is_empty()
@@ -218,6 +231,9 @@ pub struct ServiceExposure {
 }
 
 /// Kubernetes Service type.
+// Variants are documented by their names (Kubernetes' own values); doc comments on them would
+// turn the generated schema's `enum` into a `oneOf` and change the CRD.
+#[allow(missing_docs)]
 #[derive(Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, Default, JsonSchema)]
 pub enum ServiceType {
     #[default]
@@ -227,6 +243,7 @@ pub enum ServiceType {
 }
 
 impl ServiceType {
+    /// The value Kubernetes expects.
     pub fn as_str(self) -> &'static str {
         match self {
             ServiceType::ClusterIP => "ClusterIP",

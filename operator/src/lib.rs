@@ -1,5 +1,7 @@
 //! Conveyor's Kubernetes operator: the `MessageQueueCluster` CRD, pure desired-state builders, the
 //! reconciler, Lease-based leader election, and telemetry (metrics and probes).
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
 
 pub mod builders;
 pub mod controller;

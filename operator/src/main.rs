@@ -1,4 +1,5 @@
 //! `conveyor-operator run` reconciles MessageQueueClusters; `conveyor-operator crd` prints the CRD.
+#![forbid(unsafe_code)]
 
 use std::time::Duration;
 

@@ -25,6 +25,9 @@
 #   BENCH_SKIP_BUILD  1 = use target/release/conveyor as it is
 #   BENCH_MAX_LOAD    load average (1 min) to wait for before measuring (default 1.5); BENCH_LOAD_WAIT (default 120 s)
 #   BENCH_ONLY        "conveyor" or "apache" to measure only one of them
+#   BENCH_BASELINE_BIN  a `conveyor` binary of another commit: measure it instead of Apache RocketMQ (same
+#                     client, same commands), to check a change for regressions; the report's second column
+#                     is then that binary
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -36,6 +39,7 @@ WARMUP="${BENCH_WARMUP:-5}"
 MAX_LOAD="${BENCH_MAX_LOAD:-1.5}"
 LOAD_WAIT="${BENCH_LOAD_WAIT:-120}"
 ONLY="${BENCH_ONLY:-}"
+BASELINE_BIN="${BENCH_BASELINE_BIN:-}"
 JVM_HEAP=(-Xms1g -Xmx1g)
 READY_SECS=90
 STOP_SECS=60
@@ -275,7 +279,7 @@ conveyor_phase() {
   [[ "$mode" == sync ]] && args+=(--flush-mode sync)
   echo "conveyor ${args[*]}" | sed "s|$st|<fresh temp dir>|g" >"$out/server-$mode.txt"
   say "conveyor ($mode flush): ns 127.0.0.1:$ns, broker 127.0.0.1:$broker"
-  start_bg "$st" conveyor "$BIN" "${args[@]}"
+  start_bg "$st" conveyor "${SERVER_BIN:-$BIN}" "${args[@]}"
   wait_until "$st" conveyor "/readyz" curl -sf -m 2 -o /dev/null "http://127.0.0.1:$http/readyz"
   wait_until "$st" conveyor "registration" registered "127.0.0.1:$ns" "$broker"
   local pid
@@ -344,7 +348,7 @@ if [[ "${BENCH_SKIP_BUILD:-0}" != 1 ]]; then
   (cd "$ROOT" && cargo build --release -p conveyor >&2)
 fi
 [[ -x "$BIN" ]] || { echo "compare.sh: $BIN missing" >&2; exit 2; }
-if [[ "$ONLY" != conveyor ]]; then
+if [[ "$ONLY" != conveyor && -z "$BASELINE_BIN" ]]; then
   say "resolving Apache RocketMQ 5.3.3 from Maven Central (cached in $CACHE/m2)"
   mvn -B -q -ntp -f "$ROOT/tests/compat/apache/pom.xml" -Dmaven.repo.local="$CACHE/m2" dependency:build-classpath \
     -Dmdep.outputFile="$TMP/classpath" 2>&1 | sed -e 's/\x1b\[[0-9;]*m//g' -e '/^$/d' >&2
@@ -385,11 +389,17 @@ for kind in conveyor apache; do
   [[ -z "$ONLY" || "$ONLY" == "$kind" ]] || continue
   mkdir -p "$LOG_DIR/$kind"
   : >"$LOG_DIR/$kind/commands.txt"
+  if [[ "$kind" == apache && -n "$BASELINE_BIN" ]]; then
+    # The baseline binary serves in the second column; the client is still this commit's.
+    SERVER_BIN="$BASELINE_BIN" conveyor_phase "$LOG_DIR/$kind" async
+    SERVER_BIN="$BASELINE_BIN" conveyor_phase "$LOG_DIR/$kind" sync
+    continue
+  fi
   "${kind}_phase" "$LOG_DIR/$kind" async
   "${kind}_phase" "$LOG_DIR/$kind" sync
 done
 echo "end: $(uptime)" >>"$LOG_DIR/machine.txt"
 
-python3 "$HERE/report.py" "$LOG_DIR" >"$LOG_DIR/report.md"
+BENCH_SECOND_LABEL="${BASELINE_BIN:+baseline ($BASELINE_BIN)}" python3 "$HERE/report.py" "$LOG_DIR" >"$LOG_DIR/report.md"
 cat "$LOG_DIR/report.md"
 say "total $((SECONDS - T0))s; logs and raw outputs in $LOG_DIR"

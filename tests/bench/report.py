@@ -158,7 +158,8 @@ add("7. separate name server process RSS (MiB)",
     lambda k: "in-process" if k == "conveyor" else mem(k, "mem-namesrv-async.txt")["VmRSS"], 0, "lower")
 add("store size after async phase (MiB, du)", lambda k: float(read(k, "store-mb-async.txt")), 0, "lower")
 
-print("| metric | Conveyor | Apache RocketMQ 5.3.3 | ratio (Conveyor/Apache) |")
+SECOND = os.environ.get("BENCH_SECOND_LABEL") or "Apache RocketMQ 5.3.3"
+print(f"| metric | Conveyor | {SECOND} | ratio (Conveyor/{SECOND.split()[0]}) |")
 print("| --- | ---: | ---: | ---: |")
 for metric, c, a, digits, better in rows:
     print(f"| {metric} | {fmt(c, digits)} | {fmt(a, digits)} | {ratio(c, a)} |")

@@ -9,6 +9,8 @@
 //! - [`health`]: `/healthz`, `/readyz`, `/metrics`.
 //! - [`app`]: starting and stopping a process in any role (`conveyor standalone` included).
 //! - [`settings`]: TOML file + environment + flags → [`app::AppConfig`].
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
 
 pub mod app;
 pub mod broker;

@@ -1,5 +1,6 @@
 //! The `conveyor` binary: `standalone`, `namesrv`, `broker` (and, with the client crate,
 //! `bench` and `admin`).
+#![forbid(unsafe_code)]
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};

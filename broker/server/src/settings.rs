@@ -23,7 +23,9 @@ use crate::broker::BrokerConfig;
 /// Flush mode as written on the command line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum FlushModeArg {
+    /// SYNC_FLUSH: acknowledge after fsync (group commit).
     Sync,
+    /// ASYNC_FLUSH: acknowledge after the write; a background thread flushes.
     Async,
 }
 
@@ -91,9 +93,12 @@ pub struct ServerArgs {
 /// Why settings could not be built.
 #[derive(Debug, thiserror::Error)]
 pub enum SettingsError {
+    /// The file could not be read.
     #[error("cannot read {path}: {source}")]
     Read {
+        /// The file.
         path: PathBuf,
+        /// Why.
         #[source]
         source: std::io::Error,
     },
@@ -101,10 +106,13 @@ pub enum SettingsError {
     /// key and the line.
     #[error("invalid configuration file {path}: {source}")]
     Parse {
+        /// The file.
         path: PathBuf,
+        /// What is wrong, with section, key and line.
         #[source]
         source: ParseError,
     },
+    /// The HTTP listen setting is neither `ip:port` nor `off`.
     #[error("invalid HTTP listen address {0:?} (expected ip:port or \"off\")")]
     Http(String),
 }

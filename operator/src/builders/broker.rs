@@ -19,13 +19,12 @@ use kube::ResourceExt;
 
 use crate::crd::MessageQueueCluster;
 
-use super::{
-    common_pod_spec,
-    config::{render_broker_toml, ConfigError},
-    container_ports, container_security, field_env, hash, http_probe, labels, names, namespace,
-    owner_reference, selector_labels, Component, BROKER_PORT, CONFIG_DIR, CONFIG_HASH_ANNOTATION,
-    CONVEYOR_BIN, DATA_DIR,
+use super::common::{
+    common_pod_spec, container_ports, container_security, field_env, hash, http_probe, labels,
+    names, namespace, owner_reference, selector_labels, Component, BROKER_PORT, CONFIG_DIR,
+    CONFIG_HASH_ANNOTATION, CONVEYOR_BIN, DATA_DIR,
 };
+use super::config::{render_broker_toml, ConfigError};
 
 fn meta(mqc: &MessageQueueCluster, name: String, group: i32) -> ObjectMeta {
     ObjectMeta {

@@ -9,13 +9,17 @@ use conveyor_settings::{BrokerSection, HttpSection, NamesrvSection, Settings, St
 
 use crate::crd::{FlushMode, MessageQueueCluster, ReplicationMode};
 
-use super::{names, BROKER_PORT, DATA_DIR, HTTP_PORT};
+use super::common::{names, namespace, BROKER_PORT, DATA_DIR, HTTP_PORT};
+use super::nameserver::name_server_addresses;
 
 /// Role of a broker pod, from its ordinal (RocketMQ's `brokerRole`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BrokerRole {
+    /// A master that acknowledges only once its slaves hold the record.
     SyncMaster,
+    /// A master that acknowledges on its own durability.
     AsyncMaster,
+    /// A replica of its group's master.
     Slave,
 }
 
@@ -29,6 +33,7 @@ impl BrokerRole {
         }
     }
 
+    /// RocketMQ's `brokerRole` value.
     pub fn as_str(self) -> &'static str {
         match self {
             BrokerRole::SyncMaster => "SYNC_MASTER",
@@ -60,17 +65,27 @@ impl From<FlushMode> for conveyor_settings::FlushMode {
 /// A spec that passed the API server's validation but cannot be rendered.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ConfigError {
+    /// An override's value is not a TOML value.
     #[error("broker.config[{key:?}]: {value:?} is not a TOML value ({reason})")]
     BadValue {
+        /// The override's key.
         key: String,
+        /// The value as written.
         value: String,
+        /// The TOML parser's message.
         reason: String,
     },
+    /// An override's key has no `broker.`/`store.` section prefix.
     #[error("broker.config key {0:?} must be broker.<key> or store.<key>")]
     BadKey(String),
     /// The key is `broker.<key>` or `store.<key>` but the broker has no such setting.
     #[error("broker.config key {key:?} is not a broker setting ({reason})")]
-    UnknownKey { key: String, reason: String },
+    UnknownKey {
+        /// The override's key.
+        key: String,
+        /// The settings model's message (names the accepted keys).
+        reason: String,
+    },
     /// The key is one the operator sets itself.
     #[error("broker.config key {0:?} is set by the operator and cannot be overridden")]
     Managed(String),
@@ -169,7 +184,7 @@ pub fn broker_settings(
             broker_id: Some(ordinal.into()),
             broker_role: Some(role.into()),
             namesrv_addrs: Some(
-                super::name_server_addresses(mqc)
+                name_server_addresses(mqc)
                     .split(';')
                     .map(String::from)
                     .collect(),
@@ -206,7 +221,7 @@ pub fn render_broker_toml(
     Ok(format!(
         "# Rendered by conveyor-operator for MessageQueueCluster {}/{cluster}; changes are overwritten.\n\
          # Pod {} (ordinal {ordinal}): {}. advertised-addr is passed as a flag (the pod IP).\n{}",
-        super::namespace(mqc),
+        namespace(mqc),
         names::pod(&names::broker_group(&cluster, group), ordinal),
         role.as_str(),
         settings.to_toml()

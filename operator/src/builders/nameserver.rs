@@ -12,7 +12,7 @@ use kube::ResourceExt;
 
 use crate::crd::MessageQueueCluster;
 
-use super::{
+use super::common::{
     common_pod_spec, container_ports, container_security, field_env, hash, http_probe, labels,
     names, namespace, owner_reference, selector_labels, Component, CONFIG_HASH_ANNOTATION,
     CONVEYOR_BIN, HTTP_PORT, NAMESRV_PORT,

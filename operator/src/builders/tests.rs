@@ -13,6 +13,7 @@ use crate::crd::{
     BrokerSpec, FlushMode, MessageQueueCluster, MessageQueueClusterSpec, NameServerSpec, Placement,
     ReplicationMode, ServiceExposure, ServiceType, StorageSpec,
 };
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 pub(crate) fn cluster(groups: i32, replicas: i32) -> MessageQueueCluster {
     let mut mqc = MessageQueueCluster::new(

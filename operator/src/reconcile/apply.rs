@@ -12,10 +12,10 @@ use kube::{Client, Resource};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
+use super::context::{Context, Error, FIELD_MANAGER};
 use super::observe::ExistingGroups;
 use super::plan::{GroupAction, Plan};
 use super::status::{Notice, Observed};
-use super::{Context, Error, FIELD_MANAGER};
 use crate::crd::{MessageQueueCluster, MessageQueueClusterStatus};
 
 /// Server-side apply of one namespaced object under [`FIELD_MANAGER`] (forced: the operator owns

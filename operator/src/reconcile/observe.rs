@@ -7,7 +7,7 @@ use k8s_openapi::api::apps::v1::StatefulSet;
 use kube::api::{Api, ListParams};
 use kube::{Client, ResourceExt};
 
-use super::Error;
+use super::context::Error;
 use crate::builders::{Component, GROUP_LABEL};
 use crate::crd::MessageQueueCluster;
 

@@ -12,8 +12,8 @@ use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 
 use super::conditions::{status_str, ConditionType, Reason, ACTION_PAUSE, ACTION_RECONCILE, TRUE};
+use super::context::{IDLE_REQUEUE, PROGRESS_REQUEUE};
 use super::plan::Plan;
-use super::{IDLE_REQUEUE, PROGRESS_REQUEUE};
 use crate::builders::{self, names};
 use crate::crd::{BrokerGroupStatus, MessageQueueCluster, MessageQueueClusterStatus};
 

@@ -16,7 +16,7 @@ use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 
-use super::{State, Telemetry};
+use super::state::{State, Telemetry};
 
 /// Default of `--http-listen`: all interfaces, port 8081 (the brokers' HTTP port is 8080).
 pub const DEFAULT_HTTP_LISTEN: &str = "0.0.0.0:8081";

@@ -14,14 +14,23 @@ use crate::remoting::ConnectionId;
 /// A broker registration (REGISTER_BROKER header plus body).
 #[derive(Debug, Clone)]
 pub struct Registration {
+    /// Cluster the broker belongs to (`clusterName`).
     pub cluster: String,
+    /// Broker group (`brokerName`), shared by a master and its slaves.
     pub broker_name: String,
+    /// Address clients use (`brokerAddr`).
     pub broker_addr: String,
+    /// 0 for the master, 1+ for slaves (`brokerId`).
     pub broker_id: i64,
+    /// Replication address slaves connect to (`haServerAddr`).
     pub ha_server_addr: String,
+    /// How long the registration stays valid without a renewal.
     pub timeout: Duration,
+    /// Version of the broker's topic table; an unchanged version skips the merge.
     pub data_version: DataVersion,
+    /// The broker's topics.
     pub topics: Vec<TopicConfig>,
+    /// The connection it arrived on (its close removes the broker at once).
     pub connection: Option<ConnectionId>,
 }
 
@@ -47,7 +56,9 @@ pub struct RouteInfo {
 /// What a registration returns to the broker.
 #[derive(Debug, Clone, Default)]
 pub struct RegisterResult {
+    /// For a slave: its group's master address, when one is registered.
     pub master_addr: Option<String>,
+    /// For a slave: the master's replication address.
     pub ha_server_addr: Option<String>,
 }
 

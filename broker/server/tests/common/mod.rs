@@ -389,6 +389,7 @@ pub async fn http_get(addr: SocketAddr, path: &str) -> std::io::Result<(u16, Str
 }
 
 /// Milliseconds since the epoch.
+#[allow(unused_imports)]
 pub use conveyor_protocol::time::now_ms;
 
 /// Waits until `queue`'s max offset reaches `at_least`. A send is acknowledged once appended

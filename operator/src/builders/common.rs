@@ -1,0 +1,231 @@
+//! What every builder shares: ports, paths, object names, labels, owner references, hashes
+//! and the pod settings common to name servers and brokers. A leaf: it imports no other
+//! builder, so the builders can all use it without an import circle.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{
+    Capabilities, ContainerPort, EnvVar, EnvVarSource, ObjectFieldSelector, PodSecurityContext,
+    PodSpec, Probe, SeccompProfile, SecurityContext,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::{Resource, ResourceExt};
+use sha2::{Digest, Sha256};
+
+use crate::crd::MessageQueueCluster;
+
+/// Broker remoting port.
+pub const BROKER_PORT: i32 = 10911;
+/// Name-server port.
+pub const NAMESRV_PORT: i32 = 9876;
+/// Probes and metrics port.
+pub const HTTP_PORT: i32 = 8080;
+/// Pod-template annotation holding the hash of the rendered configuration.
+pub const CONFIG_HASH_ANNOTATION: &str = "conveyor.dev/config-hash";
+/// Label carrying a broker group's index.
+pub const GROUP_LABEL: &str = "conveyor.dev/broker-group";
+/// Where the broker's volume is mounted.
+pub const DATA_DIR: &str = "/var/lib/conveyor";
+/// Where the broker's ConfigMap is mounted.
+pub const CONFIG_DIR: &str = "/etc/conveyor";
+/// Path of the `conveyor` binary in the image.
+pub const CONVEYOR_BIN: &str = "/usr/local/bin/conveyor";
+/// User id the containers run as (matches the image's user).
+pub const RUN_AS_USER: i64 = 10001;
+
+/// Component of a cluster.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Component {
+    /// The name servers.
+    NameServer,
+    /// The brokers.
+    Broker,
+}
+
+impl Component {
+    /// The `app.kubernetes.io/component` label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Component::NameServer => "namesrv",
+            Component::Broker => "broker",
+        }
+    }
+}
+
+/// Stable object names, all prefixed with the cluster's name.
+pub mod names {
+    /// Name-server StatefulSet (and its client Service).
+    pub fn name_server(cluster: &str) -> String {
+        format!("{cluster}-namesrv")
+    }
+    /// Name-server headless Service (per-pod DNS names).
+    pub fn name_server_headless(cluster: &str) -> String {
+        format!("{cluster}-namesrv-headless")
+    }
+    /// A broker group's StatefulSet, headless Service, PDB and RocketMQ broker name.
+    pub fn broker_group(cluster: &str, group: i32) -> String {
+        format!("{cluster}-broker-{group}")
+    }
+    /// A broker group's ConfigMap.
+    pub fn broker_config(cluster: &str, group: i32) -> String {
+        format!("{cluster}-broker-{group}-config")
+    }
+    /// A pod of a StatefulSet.
+    pub fn pod(statefulset: &str, ordinal: i32) -> String {
+        format!("{statefulset}-{ordinal}")
+    }
+}
+
+/// Labels selecting a component's pods (never change: selectors are immutable).
+pub fn selector_labels(
+    mqc: &MessageQueueCluster,
+    component: Component,
+    group: Option<i32>,
+) -> BTreeMap<String, String> {
+    let mut l = BTreeMap::new();
+    l.insert("app.kubernetes.io/name".into(), "conveyor".into());
+    l.insert("app.kubernetes.io/instance".into(), mqc.name_any());
+    l.insert(
+        "app.kubernetes.io/component".into(),
+        component.as_str().into(),
+    );
+    if let Some(g) = group {
+        l.insert(GROUP_LABEL.into(), g.to_string());
+    }
+    l
+}
+
+/// Labels of every owned object: the selector labels plus `managed-by`.
+pub fn labels(
+    mqc: &MessageQueueCluster,
+    component: Component,
+    group: Option<i32>,
+) -> BTreeMap<String, String> {
+    let mut l = selector_labels(mqc, component, group);
+    l.insert(
+        "app.kubernetes.io/managed-by".into(),
+        "conveyor-operator".into(),
+    );
+    l
+}
+
+/// Controller owner reference to the cluster (garbage collection deletes owned objects with it).
+pub fn owner_reference(mqc: &MessageQueueCluster) -> OwnerReference {
+    mqc.controller_owner_ref(&())
+        .expect("a MessageQueueCluster read from the API server has a name and uid")
+}
+
+/// Lower-case hex SHA-256 of `parts` (length-prefixed so boundaries count).
+pub fn hash(parts: &[&str]) -> String {
+    let mut h = Sha256::new();
+    for p in parts {
+        h.update((p.len() as u64).to_le_bytes());
+        h.update(p.as_bytes());
+    }
+    h.finalize().iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The namespace owned objects go to.
+pub fn namespace(mqc: &MessageQueueCluster) -> String {
+    mqc.namespace().unwrap_or_else(|| "default".into())
+}
+
+pub(super) fn field_env(name: &str, path: &str) -> EnvVar {
+    EnvVar {
+        name: name.into(),
+        value_from: Some(EnvVarSource {
+            field_ref: Some(ObjectFieldSelector {
+                field_path: path.into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// Pod settings shared by name-server and broker pods: pull secrets, security, placement.
+pub(super) fn common_pod_spec(spec: &crate::crd::MessageQueueClusterSpec) -> PodSpec {
+    fn unless_empty<T: Clone>(v: &[T]) -> Option<Vec<T>> {
+        (!v.is_empty()).then(|| v.to_vec())
+    }
+    let placement = &spec.placement;
+    PodSpec {
+        image_pull_secrets: unless_empty(&spec.image_pull_secrets),
+        security_context: Some(pod_security()),
+        automount_service_account_token: Some(false),
+        affinity: placement.affinity.clone(),
+        tolerations: unless_empty(&placement.tolerations),
+        topology_spread_constraints: unless_empty(&placement.topology_spread_constraints),
+        node_selector: (!placement.node_selector.is_empty())
+            .then(|| placement.node_selector.clone()),
+        ..Default::default()
+    }
+}
+
+/// The two ports every Conveyor container exposes: remoting (`port`) and HTTP probes/metrics.
+pub(super) fn container_ports(port: i32) -> Vec<ContainerPort> {
+    [("remoting", port), ("http", HTTP_PORT)]
+        .into_iter()
+        .map(|(name, container_port)| ContainerPort {
+            name: Some(name.into()),
+            container_port,
+            protocol: Some("TCP".into()),
+            ..Default::default()
+        })
+        .collect()
+}
+
+pub(super) fn http_probe(
+    path: &str,
+    period: i32,
+    failure_threshold: i32,
+    initial_delay: i32,
+) -> Probe {
+    Probe {
+        http_get: Some(k8s_openapi::api::core::v1::HTTPGetAction {
+            path: Some(path.into()),
+            port: IntOrString::String("http".into()),
+            ..Default::default()
+        }),
+        initial_delay_seconds: Some(initial_delay),
+        period_seconds: Some(period),
+        timeout_seconds: Some(3),
+        failure_threshold: Some(failure_threshold),
+        ..Default::default()
+    }
+}
+
+pub(super) fn container_security() -> SecurityContext {
+    SecurityContext {
+        allow_privilege_escalation: Some(false),
+        read_only_root_filesystem: Some(true),
+        run_as_non_root: Some(true),
+        run_as_user: Some(RUN_AS_USER),
+        run_as_group: Some(RUN_AS_USER),
+        capabilities: Some(Capabilities {
+            drop: Some(vec!["ALL".into()]),
+            ..Default::default()
+        }),
+        seccomp_profile: Some(SeccompProfile {
+            type_: "RuntimeDefault".into(),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+pub(super) fn pod_security() -> PodSecurityContext {
+    PodSecurityContext {
+        run_as_non_root: Some(true),
+        run_as_user: Some(RUN_AS_USER),
+        run_as_group: Some(RUN_AS_USER),
+        fs_group: Some(RUN_AS_USER),
+        seccomp_profile: Some(SeccompProfile {
+            type_: "RuntimeDefault".into(),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
