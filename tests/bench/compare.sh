@@ -25,6 +25,7 @@
 #   BENCH_SKIP_BUILD  1 = use target/release/conveyor as it is
 #   BENCH_MAX_LOAD    load average (1 min) to wait for before measuring (default 1.5); BENCH_LOAD_WAIT (default 120 s)
 #   BENCH_ONLY        "conveyor" or "apache" to measure only one of them
+#   BENCH_SERVER_BIN  the `conveyor` binary that serves in the first column (default: the one built)
 #   BENCH_BASELINE_BIN  a `conveyor` binary of another commit: measure it instead of Apache RocketMQ (same
 #                     client, same commands), to check a change for regressions; the report's second column
 #                     is then that binary
@@ -279,7 +280,7 @@ conveyor_phase() {
   [[ "$mode" == sync ]] && args+=(--flush-mode sync)
   echo "conveyor ${args[*]}" | sed "s|$st|<fresh temp dir>|g" >"$out/server-$mode.txt"
   say "conveyor ($mode flush): ns 127.0.0.1:$ns, broker 127.0.0.1:$broker"
-  start_bg "$st" conveyor "${SERVER_BIN:-$BIN}" "${args[@]}"
+  start_bg "$st" conveyor "${SERVER_BIN:-${BENCH_SERVER_BIN:-$BIN}}" "${args[@]}"
   wait_until "$st" conveyor "/readyz" curl -sf -m 2 -o /dev/null "http://127.0.0.1:$http/readyz"
   wait_until "$st" conveyor "registration" registered "127.0.0.1:$ns" "$broker"
   local pid
@@ -342,7 +343,7 @@ EOF
 
 # ---------------------------------------------------------------------------------------------------------------
 T0=$SECONDS
-BIN="$ROOT/target/release/conveyor"
+BIN="${CARGO_TARGET_DIR:-$ROOT/target}/release/conveyor"
 if [[ "${BENCH_SKIP_BUILD:-0}" != 1 ]]; then
   say "cargo build --release -p conveyor"
   (cd "$ROOT" && cargo build --release -p conveyor >&2)
