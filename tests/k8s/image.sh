@@ -6,14 +6,23 @@
 # docker.io/library/rust) is replaced by a local builder image: a debootstrap'ed Debian bookworm
 # plus gcc and the host's Rust toolchain. Crates come from crates.io inside the build; the cargo
 # home and target directory are cached under $CONVEYOR_CACHE/image so later builds are incremental.
-# Skips (exit 0 with a message) when buildah, podman or debootstrap is missing.
+# Installs buildah, podman, debootstrap and runc from Debian's packages when they are missing
+# (the test command installs what its tests need); fails when they cannot be installed.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 CACHE="${CONVEYOR_CACHE:-$HOME/.cache/conveyor}/image"
 mkdir -p "$CACHE/cargo-home" "$CACHE/target"
-for t in buildah podman debootstrap; do
-  command -v "$t" >/dev/null || { echo "  SKIP image build: $t not installed (apt-get install buildah podman debootstrap runc)"; exit 0; }
+missing=()
+for t in buildah podman debootstrap runc; do
+  command -v "$t" >/dev/null || missing+=("$t")
 done
+if ((${#missing[@]})); then
+  echo "  installing ${missing[*]} (Debian packages)"
+  if ! { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq buildah podman debootstrap runc; } >"$CACHE/apt.log" 2>&1; then
+    echo "  FAIL image build: could not install buildah podman debootstrap runc (see $CACHE/apt.log)"
+    exit 1
+  fi
+fi
 S=(--storage-driver vfs)
 TAG=localhost/conveyor:0.1.0
 BASE=localhost/debian-base:bookworm
