@@ -21,7 +21,9 @@
 #   COMPAT_LOG_DIR       where client logs and stderr go (default ~/.cache/conveyor/compat/logs/<time>)
 #
 # Prints one PASS/FAIL line per check (diagnostics indented with "#") and ends with "N passed, M failed".
-# Exits non-zero if anything failed.
+# Exits non-zero if anything failed, or if fewer checks reported a result than the selected clients and
+# scenarios call for (the expected list is derived up front from the scenario tables below; every
+# check it names must have printed PASS or FAIL).
 set -uo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -47,10 +49,19 @@ echo "run.sh: name server $NAMESRV_ADDR, logs in $LOG_DIR" >&2
 
 PASSED=0
 FAILED=0
+# Every check that reported a result (PASS or FAIL), by name.
+declare -A REPORTED=()
 
-pass() { echo "PASS $1"; PASSED=$((PASSED + 1)); }
+pass() { echo "PASS $1"; PASSED=$((PASSED + 1)); REPORTED["$1"]=1; }
 want() { [[ "$SCENARIOS" == *"$1"* ]]; }
-fail() { echo "FAIL $1: $2"; FAILED=$((FAILED + 1)); }
+fail() { echo "FAIL $1: $2"; FAILED=$((FAILED + 1)); REPORTED["$1"]=1; }
+
+# The scenarios each client runs: letter:name (Java: letter:class). run_java_client and run_go_client run
+# exactly these, and expected_checks derives the list of checks that must report from them.
+JAVA_SCENARIOS="a:SendReceive b:SplitGroup c:LitePull d:QueryMessage e:TagFilter g:RetryDlq h:DelayLevels \
+i:TimerMessages j:Transactions k:Orderly l:Broadcast"
+GO_SCENARIOS="a:send-receive g:g-retry-dlq h:h-delay-levels l:l-broadcast"
+MQADMIN_CHECKS="clusterList updateTopic topicList topicRoute topicStatus consumerProgress"
 
 # run_program NAME CMD... : runs a test program that prints its own PASS/FAIL line.
 # A program that dies or hangs without printing a result is reported as FAIL NAME.
@@ -63,6 +74,7 @@ run_program() {
   rc=$?
   [[ -n "$out" ]] && echo "$out"
   echo "run.sh: $name took $((SECONDS - t0)) s" >&2
+  REPORTED["$name"]=1
   if [[ $rc -eq 0 ]] && grep -q '^PASS ' <<<"$out"; then
     PASSED=$((PASSED + 1))
     return 0
@@ -103,19 +115,65 @@ scenario_name() {
   esac
 }
 
+# java_runs PROFILE LETTER: whether that client generation runs that scenario.
+java_runs() {
+  want "$2" || return 1
+  # Timer messages (Message.setDeliverTimeMs/setDelayTimeSec) exist only in 5.x clients.
+  [[ "$2" == i && "$1" == rmq4 ]] && return 1
+  return 0
+}
+java_prefix() { echo "java-$(cat "$OUT/java-$1.version")"; }
+go_prefix() {
+  local ver
+  ver="$(go version -m "$OUT/compat-go" 2>/dev/null | awk '$2 == "github.com/apache/rocketmq-client-go/v2" {print $3}')"
+  echo "go-${ver:-unknown}"
+}
+mqadmin_prefix() { echo "mqadmin-$(cat "$OUT/java-$1.version")"; }
+
+# expected_checks: prints the name of every check the selected clients and scenarios must report.
+expected_checks() {
+  local client p e prefix letter
+  for client in $CLIENTS; do
+    case "$client" in
+      rmq4 | rmq5)
+        prefix="$(java_prefix "$client")"
+        for e in $JAVA_SCENARIOS; do
+          letter="${e%%:*}"
+          java_runs "$client" "$letter" && echo "$prefix/$letter-$(scenario_name "$letter")"
+        done
+        if want f; then
+          echo "$prefix/f-resume-phase1"
+          [[ -n "${RESTART_BROKER_CMD:-}" ]] && echo "$prefix/f-restart-broker"
+          echo "$prefix/f-resume-phase2"
+        fi
+        ;;
+      go)
+        prefix="$(go_prefix)"
+        for e in $GO_SCENARIOS; do
+          want "${e%%:*}" && echo "$prefix/${e#*:}"
+        done
+        ;;
+      mqadmin)
+        for p in $MQADMIN_CLIENTS; do
+          prefix="$(mqadmin_prefix "$p")"
+          for e in $MQADMIN_CHECKS; do echo "$prefix/$e"; done
+        done
+        ;;
+    esac
+  done
+  return 0
+}
+
 run_java_client() {
-  local p="$1" ver
-  ver="$(cat "$OUT/java-$p.version")"
-  local prefix="java-$ver"
+  local p="$1"
+  local prefix
+  prefix="$(java_prefix "$p")"
 
   local letter class
-  for letter in a:SendReceive b:SplitGroup c:LitePull d:QueryMessage e:TagFilter g:RetryDlq h:DelayLevels \
-    i:TimerMessages j:Transactions k:Orderly l:Broadcast; do
+  for letter in $JAVA_SCENARIOS; do
     class="${letter#*:}"
     letter="${letter%%:*}"
-    want "$letter" || continue
-    # Timer messages (Message.setDeliverTimeMs/setDelayTimeSec) exist only in 5.x clients.
-    [[ "$letter" == i && "$p" == rmq4 ]] && continue
+    java_runs "$p" "$letter" || continue
     java_cmd "$p" "conveyor.compat.$class"
     run_program "$prefix/$letter-$(scenario_name "$letter")" "${JAVA_ARGV[@]}"
   done
@@ -143,13 +201,11 @@ run_java_client() {
 }
 
 run_go_client() {
-  local ver prefix run topics=() scenarios=() sc
-  ver="$(go version -m "$OUT/compat-go" 2>/dev/null | awk '$2 == "github.com/apache/rocketmq-client-go/v2" {print $3}')"
-  prefix="go-${ver:-unknown}"
-  want a && scenarios+=(send-receive)
-  want g && scenarios+=(g-retry-dlq)
-  want h && scenarios+=(h-delay-levels)
-  want l && scenarios+=(l-broadcast)
+  local prefix run topics=() scenarios=() sc
+  prefix="$(go_prefix)"
+  for sc in $GO_SCENARIOS; do
+    want "${sc%%:*}" && scenarios+=("${sc#*:}")
+  done
   [[ ${#scenarios[@]} -gt 0 ]] || return 0
   # The Go push consumer refuses to start on a topic without a route: create the topics up front.
   run="$(date +%s)_$RANDOM"
@@ -205,9 +261,9 @@ mqadmin_check() {
 }
 
 run_mqadmin() {
-  local p="$1" ver cluster topic group
-  ver="$(cat "$OUT/java-$p.version")"
-  local prefix="mqadmin-$ver"
+  local p="$1" cluster topic group
+  local prefix
+  prefix="$(mqadmin_prefix "$p")"
   export MQADMIN_CLIENT="$p"
 
   java_cmd "$p" conveyor.compat.Tool cluster-name
@@ -236,6 +292,9 @@ run_mqadmin() {
   fi
 }
 
+mapfile -t EXPECTED < <(expected_checks)
+echo "run.sh: ${#EXPECTED[@]} checks expected" >&2
+
 for client in $CLIENTS; do
   case "$client" in
     rmq4 | rmq5) run_java_client "$client" ;;
@@ -247,5 +306,17 @@ for client in $CLIENTS; do
   esac
 done
 
-echo "$PASSED passed, $FAILED failed"
+# Fewer results than expected means a check was skipped without a word: that is a failure too.
+MISSING=()
+for name in "${EXPECTED[@]}"; do
+  [[ -n "${REPORTED[$name]:-}" ]] || MISSING+=("$name")
+done
+if [[ ${#EXPECTED[@]} -eq 0 ]]; then
+  fail "run.sh" "no checks selected (COMPAT_CLIENTS='$CLIENTS', COMPAT_SCENARIOS='$SCENARIOS')"
+fi
+if [[ ${#MISSING[@]} -gt 0 ]] || ((PASSED + FAILED < ${#EXPECTED[@]})); then
+  for name in "${MISSING[@]}"; do echo "  # never reported: $name"; done
+  fail "run.sh" "$((PASSED + FAILED)) checks reported, ${#EXPECTED[@]} expected (${#MISSING[@]} never ran)"
+fi
+echo "$PASSED passed, $FAILED failed (${#EXPECTED[@]} expected)"
 [[ $FAILED -eq 0 ]]
