@@ -143,6 +143,31 @@ where
     Ok(Option::<T>::deserialize(deserializer)?.unwrap_or_default())
 }
 
+/// Deserializes a list of integers that a peer may write as numbers (Java: `[2598919]`) or
+/// as numeric strings (the Go client's `codeSet`: `["2598919"]`); `null` is empty.
+pub(crate) fn ints_or_numeric_strings<'de, D>(deserializer: D) -> Result<Vec<i32>, D::Error>
+where
+    D: Deserializer<'de>,
+{
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum IntOrString {
+        Int(i32),
+        Str(String),
+    }
+    let items = Option::<Vec<IntOrString>>::deserialize(deserializer)?.unwrap_or_default();
+    items
+        .into_iter()
+        .map(|item| match item {
+            IntOrString::Int(i) => Ok(i),
+            IntOrString::Str(s) => s
+                .trim()
+                .parse::<i32>()
+                .map_err(|_| serde::de::Error::custom(format!("{s:?} is not a 32-bit integer"))),
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
 

@@ -425,8 +425,12 @@ pub struct SubscriptionData {
         deserialize_with = "null_as_default"
     )]
     pub class_filter_mode: bool,
-    /// Java `String.hashCode` of each tag.
-    #[serde(rename = "codeSet", default, deserialize_with = "null_as_default")]
+    /// Java `String.hashCode` of each tag (numbers from Java, numeric strings from Go).
+    #[serde(
+        rename = "codeSet",
+        default,
+        deserialize_with = "crate::json::ints_or_numeric_strings"
+    )]
     pub code_set: Vec<i32>,
     /// `"TAG"` or `"SQL92"`; `"TAG"` when missing.
     #[serde(rename = "expressionType", default = "default_expression_type")]

@@ -179,3 +179,60 @@ async fn stop_is_not_delayed_by_held_pulls() {
     );
     pull.abort();
 }
+
+/// A power loss can cut the CommitLog below a consumer offset that was already persisted
+/// (offsets are written on their own schedule). On start the broker pulls such offsets back to
+/// the recovered queue end, as it does for delay/timer/transaction progress, so messages
+/// written after the restart are delivered instead of being skipped (issue 9, defect 4).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn saved_offsets_past_the_recovered_queue_end_are_pulled_back() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let mut server = TestServer::start_in(tmp.path()).await;
+    let topic = "CutLog";
+    let q = server.create_topic(topic, 1).await.remove(0);
+    let producer = server.producer("PG_cut");
+    for i in 0..3 {
+        producer
+            .send_to_queue(&Message::new(topic, format!("before-{i}")), &q)
+            .await
+            .expect("send");
+    }
+    let consumer = server.consumer("CG_cut");
+    wait_max_offset(&consumer, &q, 3).await;
+    consumer.commit_offset(&q, 3).await.expect("commit");
+    drop((producer, consumer));
+    server.stop().await;
+
+    // What a power loss leaves when the offsets file reached the disk and the log's tail did
+    // not: a saved offset (10) past the queue's recovered end (3).
+    let offsets = tmp.path().join("config").join("consumerOffset.json");
+    let saved = std::fs::read_to_string(&offsets).expect("offsets file");
+    assert!(saved.contains("CutLog@CG_cut"), "{saved}");
+    std::fs::write(&offsets, r#"{"offsetTable":{"CutLog@CG_cut":{"0":10}}}"#).expect("write");
+
+    server.restart().await;
+    let q = server.wait_route(topic, 1).await.remove(0);
+    let consumer = server.consumer("CG_cut");
+    assert_eq!(
+        consumer.query_offset(&q).await.expect("query"),
+        Some(3),
+        "the saved offset is pulled back to the queue's end"
+    );
+    let producer = server.producer("PG_cut");
+    producer
+        .send_to_queue(&Message::new(topic, "after"), &q)
+        .await
+        .expect("send after restart");
+    wait_max_offset(&consumer, &q, 4).await;
+    let from = consumer
+        .query_offset(&q)
+        .await
+        .expect("query")
+        .expect("offset");
+    let r = consumer
+        .pull(&q, from, 32, Duration::ZERO)
+        .await
+        .expect("pull");
+    assert_eq!(r.status, PullStatus::Found, "{r:?}");
+    assert_eq!(&r.messages[0].body[..], b"after");
+}

@@ -377,6 +377,23 @@ impl MessageStore {
                 continue;
             };
             match RecordView::parse(&slice) {
+                // An entry must lead to a record of this very queue and offset: a stale or
+                // damaged entry may point into the intact log at another queue's record.
+                Ok(view)
+                    if view.topic() != topic
+                        || view.queue_id() != queue_id
+                        || view.queue_offset() != next - 1 =>
+                {
+                    tracing::warn!(
+                        topic,
+                        queue_id,
+                        queue_offset = next - 1,
+                        physical_offset = entry.physical_offset,
+                        "consume queue entry points at a record of another queue; skipped"
+                    );
+                    status = GetStatus::OffsetFoundNull;
+                    continue;
+                }
                 Ok(view) if filter.matches_record(&view) => {}
                 Ok(_) => continue,
                 Err(_) => {

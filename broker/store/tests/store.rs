@@ -288,3 +288,48 @@ fn retention_deletes_expired_segments_and_reads_below_report_offset_moved() {
         .count();
     assert!(cq_files < 3, "consume queue files left: {cq_files}");
 }
+
+/// Issue 9, defect 3: a ConsumeQueue entry that points at a record of another topic (a stale
+/// entry left past a cut, or a damaged one) passes recovery's check (it points into the intact
+/// log) and is not rewritten by re-dispatch when no record of its own queue covers it, so the
+/// read path must check that the record belongs to the queue and offset it was reached from,
+/// and never serve it.
+#[test]
+fn an_entry_pointing_at_another_topics_record_is_never_served() {
+    let dir = tempfile::tempdir().unwrap();
+    let b = {
+        let store = open(StoreConfig::small(dir.path()));
+        for i in 0..2 {
+            store
+                .put_message(&message("TopicA", 0, b"a", &format!("UA{i}")))
+                .unwrap();
+        }
+        let b = store
+            .put_message(&message("TopicB", 0, b"secret-of-b", "UB0"))
+            .unwrap()
+            .placements[0];
+        assert!(store.wait_dispatched(Duration::from_secs(10)));
+        b
+    };
+    // A queue file for TopicA/1 whose first entry points at TopicB's record, as a stale or
+    // damaged entry would (TopicA/1 has no record of its own, so recovery keeps the entry).
+    let qdir = dir.path().join("consumequeue/TopicA/1");
+    std::fs::create_dir_all(&qdir).unwrap();
+    let mut raw = vec![0u8; 1000 * 20];
+    raw[0..8].copy_from_slice(&b.physical_offset.to_be_bytes());
+    raw[8..12].copy_from_slice(&(b.size as u32).to_be_bytes());
+    std::fs::write(qdir.join("00000000000000000000"), raw).unwrap();
+
+    let store = open(StoreConfig::small(dir.path()));
+    assert_eq!(store.max_offset("TopicA", 1), 1, "recovery keeps the entry");
+    let r = store.get_messages("TopicA", 1, 0, 10, 1 << 20, &AcceptAll);
+    assert!(
+        r.messages.is_empty(),
+        "another topic's record was served: {r:?}"
+    );
+    assert_eq!(r.status, GetStatus::OffsetFoundNull);
+    assert_eq!(r.next_begin_offset, 1);
+    // The queue's own records are still served.
+    let r = store.get_messages("TopicA", 0, 0, 10, 1 << 20, &AcceptAll);
+    assert_eq!(r.messages.len(), 2, "{r:?}");
+}

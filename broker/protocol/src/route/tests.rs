@@ -237,3 +237,24 @@ fn small_bodies() {
     );
     assert_eq!(check.namespace, None);
 }
+
+/// Issue 9: the Go client (rocketmq-client-go v2.1.2) writes a tag subscription's `codeSet` as
+/// strings; refusing them dropped the whole heartbeat, so a Go push consumer subscribed with
+/// `TagA || TagB` never received anything (while `*`, with an empty set, worked).
+#[test]
+fn go_heartbeat_with_tag_codes_as_strings() {
+    let text = r#"{"clientID":"10.0.0.5@4242","producerDataSet":[],"consumerDataSet":[{
+      "groupName":"CG_go","consumeType":"CONSUME_PASSIVELY","messageModel":"CLUSTERING",
+      "consumeFromWhere":"CONSUME_FROM_FIRST_OFFSET","unitMode":false,
+      "subscriptionDataSet":[{"classFilterMode":false,"topic":"TopicGo",
+        "subString":"TagA || TagB","tagsSet":["TagA","TagB"],"codeSet":["2598919","2598920"],
+        "subVersion":1717000000000123456,"expressionType":"TAG"}]}]}"#;
+    let hb: HeartbeatData = json::from_slice(text.as_bytes()).unwrap();
+    let s = &hb.consumer_data_set[0].subscription_data_set[0];
+    assert_eq!(s.code_set, vec![2_598_919, 2_598_920]);
+    assert_eq!(s.sub_string, "TagA || TagB");
+    // A code that is not an integer is an error naming the value.
+    let bad = text.replace("\"2598920\"", "\"x\"");
+    let err = json::from_slice::<HeartbeatData>(bad.as_bytes()).unwrap_err();
+    assert!(err.to_string().contains("\"x\""), "{err}");
+}

@@ -185,6 +185,9 @@ impl Broker {
             config.auto_create_subscription_group,
         )?);
         let offsets = Arc::new(ConsumerOffsetManager::load(&config_dir)?);
+        // Like the delay/timer/transaction progress below: nothing saved may point past the
+        // recovered log.
+        offsets.clamp_to_queue_ends(|topic, queue_id| store.max_offset(topic, queue_id));
         let clients = Arc::new(ClientManager::default());
         let locks = Arc::new(RebalanceLockManager::default());
         let stats = Arc::new(BrokerStats::default());

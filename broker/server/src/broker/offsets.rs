@@ -69,6 +69,38 @@ impl ConsumerOffsetManager {
         self.dirty.store(true, Ordering::Release);
     }
 
+    /// Pulls every offset above its queue's end (`max_offset(topic, queue)`) back to that end,
+    /// and returns how many moved. On start: a power loss can cut the log below offsets that
+    /// were already persisted, and an offset past the end would skip the messages written
+    /// after the restart.
+    pub fn clamp_to_queue_ends(&self, max_offset: impl Fn(&str, i32) -> i64) -> usize {
+        let mut moved = 0;
+        let mut table = self.table.lock().unwrap_or_else(|e| e.into_inner());
+        for (k, queues) in table.iter_mut() {
+            let Some((topic, _group)) = k.split_once('@') else {
+                continue;
+            };
+            for (queue_id, offset) in queues.iter_mut() {
+                let end = max_offset(topic, *queue_id);
+                if *offset > end {
+                    tracing::warn!(
+                        key = %k,
+                        queue_id,
+                        saved = *offset,
+                        queue_end = end,
+                        "consumer offset past the recovered queue end; pulled back"
+                    );
+                    *offset = end;
+                    moved += 1;
+                }
+            }
+        }
+        if moved > 0 {
+            self.dirty.store(true, Ordering::Release);
+        }
+        moved
+    }
+
     /// Every (topic, queue) offset of a group.
     pub fn offsets_of_group(&self, group: &str) -> Vec<(String, i32, i64)> {
         let suffix = format!("@{group}");
