@@ -4,7 +4,7 @@
 //   send-receive (default): a producer sends N messages (40% SendSync, 40% SendAsync, 20% SendOneWay) with two
 //     keys, a tag and user properties; a clustering push consumer must receive every message with identical body,
 //     keys, tags and properties (duplicates allowed).
-//   g-retry-dlq, h-delay-levels, l-broadcast: see scenarios.go.
+//   e-tag-filter, g-retry-dlq, h-delay-levels, l-broadcast: see scenarios.go.
 //
 // Output contract: prints "PASS <name>" and exits 0, or diagnostics followed by "FAIL <name>: reason" and
 // exits 1. The name server address comes from NAMESRV_ADDR.
@@ -260,7 +260,7 @@ func await(what string, limit time.Duration, cond func() bool, progress func() s
 }
 
 func main() {
-	scenario := flag.String("scenario", "send-receive", "send-receive | g-retry-dlq | h-delay-levels | l-broadcast")
+	scenario := flag.String("scenario", "send-receive", "send-receive | e-tag-filter | g-retry-dlq | h-delay-levels | l-broadcast")
 	total := flag.Int("n", 0, "number of messages (default: per scenario)")
 	topicFlag := flag.String("topic", os.Getenv("COMPAT_TOPIC"), "existing topic to use (default: a new name, auto-created by the broker)")
 	flag.Parse()
@@ -281,6 +281,12 @@ func main() {
 			n = 10000
 		}
 		err = run(n, *topicFlag, &diag)
+	case "e-tag-filter":
+		n := *total
+		if n == 0 {
+			n = 300
+		}
+		err = runTagFilter(n, *topicFlag, &diag)
 	case "g-retry-dlq":
 		err = runRetryDLQ(*topicFlag, &diag)
 	case "h-delay-levels":

@@ -171,6 +171,11 @@ func sendSync(p rocketmq.Producer, col *collector, topic string, e *expected, m 
 type listener func(ctx context.Context, ms ...*primitive.MessageExt) (consumer.ConsumeResult, error)
 
 func startConsumer(ns []string, group, instance, topic string, f listener, opts ...consumer.Option) (rocketmq.PushConsumer, error) {
+	return startConsumerWith(ns, group, instance, topic, consumer.MessageSelector{}, f, opts...)
+}
+
+// startConsumerWith is startConsumer with a subscription expression (tags).
+func startConsumerWith(ns []string, group, instance, topic string, sel consumer.MessageSelector, f listener, opts ...consumer.Option) (rocketmq.PushConsumer, error) {
 	all := append([]consumer.Option{
 		consumer.WithNsResolver(primitive.NewPassthroughResolver(ns)),
 		consumer.WithGroupName(group),
@@ -182,7 +187,7 @@ func startConsumer(ns []string, group, instance, topic string, f listener, opts 
 	if err != nil {
 		return nil, failf("NewPushConsumer(%s): %v", instance, err)
 	}
-	if err := c.Subscribe(topic, consumer.MessageSelector{}, f); err != nil {
+	if err := c.Subscribe(topic, sel, f); err != nil {
 		return nil, failf("Subscribe(%s): %v", topic, err)
 	}
 	if err := c.Start(); err != nil {
@@ -725,6 +730,109 @@ func runBroadcast(total int, topic string, diag *[]func() []string) error {
 		}
 		if col.nUnexp > 0 {
 			probs.add("consumer %d: %d unexpected messages received, e.g. %s", i+1, col.nUnexp, col.unexpected[0])
+		}
+		col.mu.Unlock()
+	}
+	return probs.err(diag)
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// e-tag-filter: three push consumers of one topic, each in its own group, subscribe with
+// "TagA || TagB", "TagA" and "*"; each must receive every message its expression selects (the
+// messages cycle through TagA, TagB, TagC) and nothing else.
+
+func runTagFilter(total int, topic string, diag *[]func() []string) error {
+	ns, err := nameservers()
+	if err != nil {
+		return err
+	}
+	if topic == "" {
+		return failf("-topic is required (an existing topic)")
+	}
+	runID := newRunID()
+	msgs := make([]*expected, total)
+	for i := range msgs {
+		msgs[i] = newExpected(runID, i)
+	}
+	subs := []struct {
+		name, expr string
+		want       map[string]bool
+	}{
+		{"ab", "TagA || TagB", map[string]bool{"TagA": true, "TagB": true}},
+		{"a", "TagA", map[string]bool{"TagA": true}},
+		{"all", "*", nil},
+	}
+	cols := make([]*collector, len(subs))
+	for i, sub := range subs {
+		var selected []*expected
+		for _, e := range msgs {
+			if sub.want == nil || sub.want[e.tag] {
+				selected = append(selected, e)
+			}
+		}
+		col := newCollector(selected)
+		cols[i] = col
+		name := sub.name
+		*diag = append(*diag, func() []string { return append([]string{"consumer " + name + ":"}, col.report()...) })
+		group := "compat_g_go_e_" + sub.name + "_" + runID
+		c, err := startConsumerWith(ns, group, "e-"+sub.name+"-"+runID, topic,
+			consumer.MessageSelector{Type: consumer.TAG, Expression: sub.expr},
+			func(ctx context.Context, ms ...*primitive.MessageExt) (consumer.ConsumeResult, error) {
+				for _, m := range ms {
+					col.accept(topic, m)
+				}
+				return consumer.ConsumeSuccess, nil
+			})
+		if err != nil {
+			return err
+		}
+		defer c.Shutdown()
+	}
+	p, err := startProducer(ns, "compat_g_go_e_p_"+runID, "p-"+runID)
+	if err != nil {
+		return err
+	}
+	defer p.Shutdown()
+	for _, e := range msgs {
+		m := e.message(topic)
+		r, err := p.SendSync(context.Background(), m)
+		if err != nil {
+			return failf("SendSync %s: %v", e.key, err)
+		}
+		if r.Status != primitive.SendOK {
+			return failf("SendSync %s: status %v", e.key, r.Status)
+		}
+		for _, col := range cols {
+			col.sent(e, m, fmt.Sprintf("sync queue=%d offset=%d msgId=%s", r.MessageQueue.QueueId, r.QueueOffset, r.MsgID))
+		}
+	}
+	done := func() bool {
+		for _, c := range cols {
+			if !c.complete() {
+				return false
+			}
+		}
+		return true
+	}
+	progress := func() string {
+		var parts []string
+		for i, c := range cols {
+			parts = append(parts, subs[i].name+" "+c.progress())
+		}
+		return strings.Join(parts, "; ")
+	}
+	if err := await("every tag subscription to receive its messages", timeout(120), done, progress); err != nil {
+		return err
+	}
+	fmt.Fprintf(os.Stderr, "  .. %s\n", progress())
+	var probs problems
+	for i, col := range cols {
+		col.mu.Lock()
+		if col.nProblems > 0 {
+			probs.add("consumer %s: %d received messages differ from what was sent, e.g. %s", subs[i].name, col.nProblems, col.problems[0])
+		}
+		if col.nUnexp > 0 {
+			probs.add("consumer %s (%q): %d messages it did not subscribe to, e.g. %s", subs[i].name, subs[i].expr, col.nUnexp, col.unexpected[0])
 		}
 		col.mu.Unlock()
 	}
