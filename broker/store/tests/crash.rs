@@ -5,6 +5,10 @@
 //! stdout pipe. The parent SIGKILLs it at a random moment (sometimes during its recovery),
 //! keeps the ledger of acknowledged appends, and checks after reopening that every one of them
 //! is readable byte for byte and listed exactly once in its ConsumeQueue at its queue offset.
+//! Each child must end by that SIGKILL (a child that exits or panics on its own fails the test,
+//! also during recovery), each ConsumeQueue entry must hold a record of its own topic, queue and
+//! offset, and each mode must collect a minimum of acknowledged appends ([`MIN_ACKS`]), so that
+//! a broken appender cannot pass with nothing to verify.
 //!
 //! Cycles: `CONVEYOR_CRASH_CYCLES` (default 20 per flush mode); long mode: set it to e.g. 500.
 //! Custom harness (`harness = false`) because the child mode needs its own `main`.
@@ -14,6 +18,7 @@ mod common;
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
+use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
@@ -27,6 +32,10 @@ use rand::{Rng, SeedableRng};
 const TOPIC: &str = "Crash";
 const QUEUES: u64 = 4;
 const APPENDERS: u64 = 4;
+/// Acknowledged appends a flush mode must collect over its cycles (capped by the sum of the
+/// cycles' kill targets, for very short runs). The default 20 cycles aim at ~25,000 acks; even
+/// a slow disk under SYNC flush makes 1,000 in the 20 s a cycle may wait for its target.
+const MIN_ACKS: usize = 1_000;
 
 fn config(root: &Path, mode: FlushMode) -> StoreConfig {
     let mut cfg = StoreConfig::small(root);
@@ -123,6 +132,13 @@ fn verify(dir: &Path, mode: FlushMode, ledger: &[Ack]) -> Result<(), String> {
             for (slice, qo) in r.messages.iter().zip(&r.queue_offsets) {
                 let v = RecordView::parse_verified(slice, true)
                     .map_err(|e| format!("queue {q} offset {qo}: damaged record: {e}"))?;
+                if v.queue_id() != q || v.topic() != TOPIC {
+                    return Err(format!(
+                        "queue {q}: entry {qo} holds a record of {}/{}",
+                        v.topic(),
+                        v.queue_id()
+                    ));
+                }
                 if v.queue_offset() != *qo {
                     return Err(format!(
                         "queue {q}: entry {qo} holds queue offset {}",
@@ -157,6 +173,7 @@ fn run_cycles(mode: &str, cycles: u64, rng: &mut impl Rng) -> Result<usize, Stri
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let flush_mode = parse_mode(mode);
     let mut ledger: Vec<Ack> = Vec::new();
+    let mut targets = 0usize;
     for cycle in 0..cycles {
         let mut child = Command::new(&exe)
             .env("CONVEYOR_CRASH_CHILD", dir.path())
@@ -197,25 +214,45 @@ fn run_cycles(mode: &str, cycles: u64, rng: &mut impl Rng) -> Result<usize, Stri
         } else {
             rng.random_range(1..3000)
         };
+        targets += target;
         let deadline = Instant::now() + Duration::from_secs(20);
+        let mut exited = None;
         while acks.lock().unwrap().len() < target && Instant::now() < deadline {
-            if child.try_wait().map_err(|e| e.to_string())?.is_some() {
+            exited = child.try_wait().map_err(|e| e.to_string())?;
+            if exited.is_some() {
                 break;
             }
             std::thread::sleep(Duration::from_millis(1));
         }
-        child.kill().map_err(|e| format!("kill: {e}"))?;
-        let status = child.wait().map_err(|e| e.to_string())?;
+        let status = match exited {
+            Some(status) => status,
+            None => {
+                child.kill().map_err(|e| format!("kill: {e}"))?;
+                child.wait().map_err(|e| e.to_string())?
+            }
+        };
         reader.join().map_err(|_| "reader panicked")?;
         let got = std::mem::take(&mut *acks.lock().unwrap());
-        if status.code().is_some() && !got.is_empty() && status.code() != Some(0) {
-            return Err(format!("cycle {cycle}: child failed on its own: {status}"));
+        // Only our SIGKILL may end a child: an exit or a panic of its own (say in recovery,
+        // before any ack) is a failure, whatever it acknowledged.
+        if status.signal() != Some(libc::SIGKILL) {
+            return Err(format!(
+                "cycle {cycle}: child ended on its own ({status}) after {} acks, not by SIGKILL",
+                got.len()
+            ));
         }
         ledger.extend(got);
         // Verify in the parent every few cycles (a clean reopen), otherwise crash on crash.
         if cycle % 4 == 3 || cycle + 1 == cycles {
             verify(dir.path(), flush_mode, &ledger).map_err(|e| format!("cycle {cycle}: {e}"))?;
         }
+    }
+    let min = MIN_ACKS.min(targets);
+    if ledger.len() < min {
+        return Err(format!(
+            "only {} acknowledged appends over {cycles} cycles (at least {min} required): the appender is not acknowledging",
+            ledger.len()
+        ));
     }
     Ok(ledger.len())
 }
