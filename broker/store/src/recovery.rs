@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use crate::checkpoint::Checkpoint;
 use crate::core::StoreCore;
 use crate::dispatch::{self, Targets};
-use crate::error::Result;
+use crate::error::{Result, StoreError};
 
 /// What `open` did, for logs and tests.
 #[derive(Debug, Clone, Copy)]
@@ -45,19 +45,40 @@ pub(crate) fn recover(core: &StoreCore, unclean: bool, started: Instant) -> Resu
     for cq in core.queues.all() {
         cq.recover(end)?;
     }
-    // Re-dispatch the scanned tail; rebuild the index from further back if it is missing.
-    let index_from = match &core.index {
-        Some(index) => index.indexed_upto().map_or(log.min_offset(), |u| u + 1),
-        None => end,
-    };
-    let from = scan_from.min(index_from);
-    dispatch::walk(core, from, end, |phys, view| {
+    // ConsumeQueues: re-dispatch the verified tail. `scan_from` is a segment start, so the walk
+    // starts on a record boundary; it must reach the end, or records would miss their queue
+    // while new messages reused their queue offsets.
+    let reached = dispatch::walk(core, scan_from, end, |phys, view| {
         let targets = Targets {
-            consume_queue: phys >= scan_from,
-            index: phys >= index_from,
+            consume_queue: true,
+            index: false,
         };
         dispatch::dispatch_record(core, phys, view, targets)
     })?;
+    if reached < end {
+        return Err(StoreError::Corrupt(format!(
+            "re-dispatch stopped at {reached}, before the end of the verified log at {end}"
+        )));
+    }
+    // Index: rebuild what it lacks, walking from the start of the segment holding the last
+    // indexed record (a record boundary; the index may lag the ConsumeQueues by segments).
+    if core.index.is_some() {
+        let last = core.index.as_ref().and_then(|index| index.indexed_upto());
+        let from = match last {
+            Some(u) => (u - u % seg).max(log.min_offset()),
+            None => log.min_offset(),
+        };
+        dispatch::walk(core, from.min(end), end, |phys, view| {
+            if last.is_some_and(|u| phys <= u) {
+                return Ok(());
+            }
+            let targets = Targets {
+                consume_queue: false,
+                index: true,
+            };
+            dispatch::dispatch_record(core, phys, view, targets)
+        })?;
+    }
     // The next queue offsets follow from the queues.
     {
         let mut state = log.lock_append();

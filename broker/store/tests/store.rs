@@ -333,3 +333,77 @@ fn an_entry_pointing_at_another_topics_record_is_never_served() {
     let r = store.get_messages("TopicA", 0, 0, 10, 1 << 20, &AcceptAll);
     assert_eq!(r.messages.len(), 2, "{r:?}");
 }
+
+fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
+    }
+}
+
+/// Issue 9, defect 1: after an unclean stop, when the index lags the scanned segment (its last
+/// entry lies in an older segment), re-dispatch started at the index's last entry + 1, which is
+/// not a record boundary: the walk failed on its first record, the failure was ignored, and the
+/// records of the scanned tail never reached their ConsumeQueue (new messages then reused their
+/// queue offsets). Every record must be back in its queue, and the index complete.
+#[test]
+fn recovery_redispatches_the_tail_when_the_index_lags_behind() {
+    let dir = tempfile::tempdir().unwrap();
+    let body = vec![b'r'; 1000];
+    let stale_index = dir.path().join("index-copy");
+    {
+        let store = open(StoreConfig::small(dir.path()));
+        for i in 0..3000u64 {
+            store
+                .put_message(&message("Lag", 0, &body, &format!("U{i}")))
+                .unwrap();
+        }
+        assert!(store.wait_dispatched(Duration::from_secs(20)));
+    }
+    copy_dir(&dir.path().join("index"), &stale_index);
+    {
+        let store = open(StoreConfig::small(dir.path()));
+        for i in 3000..6000u64 {
+            store
+                .put_message(&message("Lag", 0, &body, &format!("U{i}")))
+                .unwrap();
+        }
+        assert!(store.wait_dispatched(Duration::from_secs(20)));
+        assert_eq!(store.max_offset("Lag", 0), 6000);
+    }
+    // As after a crash: the index on disk is three segments behind, the last 200 ConsumeQueue
+    // entries never reached the disk, and the abort marker is still there.
+    std::fs::remove_dir_all(dir.path().join("index")).unwrap();
+    copy_dir(&stale_index, &dir.path().join("index"));
+    let cq = dir.path().join("consumequeue/Lag/0/00000000000000100000");
+    let mut raw = std::fs::read(&cq).unwrap();
+    raw[800 * 20..].fill(0);
+    std::fs::write(&cq, raw).unwrap();
+    std::fs::write(dir.path().join("abort"), b"").unwrap();
+
+    let store = open(StoreConfig::small(dir.path()));
+    assert_eq!(
+        store.max_offset("Lag", 0),
+        6000,
+        "every record is back in its queue"
+    );
+    let r = store.get_messages("Lag", 0, 5800, 300, 1 << 20, &AcceptAll);
+    assert_eq!(r.messages.len(), 200);
+    assert_eq!(r.queue_offsets.first(), Some(&5800));
+    // A new message takes the next offset instead of reusing one.
+    let placed = store
+        .put_message(&message("Lag", 0, b"after", "U-after"))
+        .unwrap()
+        .placements[0];
+    assert_eq!(placed.queue_offset, 6000);
+    // The index was rebuilt for the records it lacked.
+    let now = i64::MAX;
+    for key in ["U3500", "U5999"] {
+        assert_eq!(
+            store.query_by_key("Lag", key, 4, 0, now).len(),
+            1,
+            "key {key}"
+        );
+    }
+}
