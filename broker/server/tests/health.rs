@@ -2,7 +2,10 @@
 
 mod common;
 
-use common::{http_get, wait_max_offset, wait_until, TestServer, DEADLINE};
+use std::time::Duration;
+
+use common::{config, http_get, wait_max_offset, wait_until, TestServer, DEADLINE};
+use conveyor::app::{self, Role};
 use conveyor_client::consumer::PullOptions;
 use conveyor_client::Message;
 
@@ -78,4 +81,65 @@ async fn probes_and_metrics() {
     server.stop().await;
     // After a stop the probe port is closed.
     assert!(http_get(http, "/healthz").await.is_err());
+}
+
+/// Not ready until registered: a broker whose name server does not answer yet serves
+/// /healthz but answers /readyz with 503 (and `conveyor_registered 0`), for as long as
+/// registrations fail; once the name server comes up, the next registration makes it ready.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readyz_is_503_until_registered() {
+    // A port nobody listens on (yet): registrations are refused.
+    let namesrv = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        l.local_addr().expect("addr")
+    };
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let mut cfg = config(tmp.path());
+    cfg.role = Role::Broker;
+    cfg.broker.namesrv_addrs = vec![namesrv.to_string()];
+    cfg.broker.register_interval_ms = 1_000; // the minimum: retries soon after the name server is up
+    let broker = app::start(cfg).await.expect("start broker");
+    let http = broker.http_addr.expect("http");
+
+    let (status, body) = http_get(http, "/healthz").await.expect("healthz");
+    assert_eq!(status, 200, "{body}");
+    // Several registration rounds fail meanwhile: /readyz stays 503 throughout.
+    let until = tokio::time::Instant::now() + Duration::from_millis(2_500);
+    let mut answers = 0;
+    while tokio::time::Instant::now() < until {
+        let (status, body) = http_get(http, "/readyz").await.expect("readyz");
+        assert_eq!(
+            status, 503,
+            "/readyz answered {status} ({body:?}) with no name server reachable"
+        );
+        assert!(body.contains("not registered"), "{body}");
+        answers += 1;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(answers >= 5, "only {answers} /readyz answers");
+    let (_, metrics) = http_get(http, "/metrics").await.expect("metrics");
+    assert!(
+        metrics.lines().any(|l| l == "conveyor_registered 0"),
+        "{metrics}"
+    );
+
+    // The name server comes up on that address: the broker registers and becomes ready.
+    let mut ns_cfg = config(tmp.path());
+    ns_cfg.role = Role::NameServer;
+    ns_cfg.namesrv_listen = namesrv;
+    ns_cfg.http_listen = None;
+    let ns = app::start(ns_cfg).await.expect("start name server");
+    wait_until(
+        "/readyz answers 200 once registered",
+        DEADLINE,
+        || async move { matches!(http_get(http, "/readyz").await, Ok((200, _))) },
+    )
+    .await;
+
+    tokio::time::timeout(DEADLINE, broker.stop())
+        .await
+        .expect("broker stops");
+    tokio::time::timeout(DEADLINE, ns.stop())
+        .await
+        .expect("name server stops");
 }
