@@ -106,12 +106,12 @@ async fn handle_connection<P: Processor>(
 
     let writer_task = tokio::spawn(async move {
         while let Some(cmd) = rx.recv().await {
-            if writer.feed(cmd).await.is_err() {
+            if feed(&mut writer, cmd).await.is_err() {
                 return;
             }
             // Coalesce whatever else is ready into the same write.
             while let Ok(cmd) = rx.try_recv() {
-                if writer.feed(cmd).await.is_err() {
+                if feed(&mut writer, cmd).await.is_err() {
                     return;
                 }
             }
@@ -180,6 +180,33 @@ async fn handle_connection<P: Processor>(
     let _ = writer_task.await;
 }
 
+/// Queues `cmd` for writing. A command that cannot be encoded (a response over the frame
+/// limit) is answered with SYSTEM_ERROR in its place, so the connection keeps serving; only a
+/// socket error ends the writer.
+async fn feed(
+    writer: &mut FramedWrite<tokio::net::tcp::OwnedWriteHalf, RemotingCodec>,
+    cmd: RemotingCommand,
+) -> Result<(), ()> {
+    let (opaque, code, is_response) = (cmd.opaque, cmd.code, cmd.is_response());
+    match writer.feed(cmd).await {
+        Ok(()) => Ok(()),
+        Err(super::CodecError::Frame(e)) => {
+            tracing::warn!(opaque, code, error = %e, "a response could not be encoded; answering SYSTEM_ERROR");
+            if !is_response {
+                return Ok(());
+            }
+            let skeleton = RemotingCommand::default().with_opaque(opaque);
+            let answer = error_response(
+                &skeleton,
+                response_code::SYSTEM_ERROR,
+                format!("the response could not be sent: {e}"),
+            );
+            writer.feed(answer).await.map_err(|_| ())
+        }
+        Err(super::CodecError::Io(_)) => Err(()),
+    }
+}
+
 /// Runs one request and queues its response; a panicking handler is answered with
 /// SYSTEM_ERROR instead of taking the connection down.
 async fn respond<P: Processor>(processor: Arc<P>, conn: Connection, request: RemotingCommand) {
@@ -213,4 +240,59 @@ pub(crate) fn not_supported(request: &RemotingCommand) -> RemotingCommand {
         response_code::REQUEST_CODE_NOT_SUPPORTED,
         format!("request code {} ({name}) is not supported", request.code),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use conveyor_remoting::{RemotingClient, RemotingConfig};
+
+    /// Answers code 1 with a body over the frame limit and everything else with SUCCESS.
+    struct Oversized;
+
+    impl Processor for Oversized {
+        async fn handle(
+            self: Arc<Self>,
+            _conn: Connection,
+            request: RemotingCommand,
+        ) -> Option<RemotingCommand> {
+            let mut r = RemotingCommand::response_to(&request, response_code::SUCCESS);
+            if request.code == 1 {
+                r.body = bytes::Bytes::from(vec![0u8; 2 << 20]);
+            }
+            Some(r)
+        }
+    }
+
+    /// Issue 9, defect 11: a response that cannot be encoded made the writer task exit, so the
+    /// connection silently lost every later response. It is answered with SYSTEM_ERROR and the
+    /// connection keeps answering.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_unencodable_response_is_answered_and_the_connection_keeps_serving() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let shutdown = CancellationToken::new();
+        let server = tokio::spawn(serve(
+            listener,
+            Arc::new(Oversized),
+            shutdown.clone(),
+            1 << 20,
+        ));
+        let client = RemotingClient::new(RemotingConfig::default());
+        let big = client
+            .invoke(&addr, RemotingCommand::request(1, Default::default()))
+            .await
+            .expect("an answer to the oversized response");
+        assert_eq!(big.code, response_code::SYSTEM_ERROR, "{big:?}");
+        for _ in 0..3 {
+            let small = client
+                .invoke(&addr, RemotingCommand::request(2, Default::default()))
+                .await
+                .expect("later requests on the same connection are answered");
+            assert_eq!(small.code, response_code::SUCCESS);
+        }
+        shutdown.cancel();
+        client.close();
+        server.await.unwrap();
+    }
 }
