@@ -239,7 +239,8 @@ PY=python3
 if [ -x "$VPY" ] && "$VPY" -c 'import yaml' 2>/dev/null; then PY="$VPY"; fi
 if "$PY" -c 'import yaml' 2>/dev/null; then
   reject bad-sync '{"spec":{"broker":{"replicationMode":"Sync","replicasPerGroup":1}}}' "replicationMode Sync needs broker.replicasPerGroup >= 2"
-  reject bad-groups '{"spec":{"broker":{"groups":0}}}' "groups"
+  # The schema's minimum or the CEL rule, not just "groups" (which the object's own name contains).
+  reject bad-groups '{"spec":{"broker":{"groups":0}}}' "spec.broker.groups.*greater than or equal to 1\|broker.groups must be at least 1"
   reject bad-size '{"spec":{"broker":{"storage":{"size":"ten gigs"}}}}' "storage.size must be a positive quantity"
   reject bad-config '{"spec":{"broker":{"config":{"broker.broker-id":"3"}}}}' "must not override keys the operator manages"
   reject bad-flush '{"spec":{"broker":{"flushMode":"Sometimes"}}}' "Unsupported value"
