@@ -1,7 +1,8 @@
 //! Bad input over raw TCP: unknown codes, missing or malformed header fields, garbage frames,
 //! refused topics and oversized messages. A bad request gets an error response with a remark
 //! and leaves the connection usable; a bad frame closes only its own connection. A proptest
-//! feeds arbitrary frames and checks the server always answers or closes, and keeps serving.
+//! feeds arbitrary frames and checks the server answers a well-formed one (or closes the
+//! connection only after a malformed one), and keeps serving.
 
 mod common;
 
@@ -480,21 +481,32 @@ fn fuzz_bytes(f: &Fuzz) -> Vec<u8> {
     }
 }
 
-/// Sends the fuzzed frame, then a probe; the server must answer the probe or close.
+/// Sends the fuzzed frame, then a probe; the server must answer the probe, or close the
+/// connection — the latter only after a malformed frame: a well-formed command, whatever its
+/// code and fields, gets an answer (or none, for a oneway or a response) and the connection
+/// stays usable.
 async fn fuzz_one(addr: &str, f: &Fuzz) -> Result<(), String> {
+    let may_close = matches!(f, Fuzz::RawHeader { .. });
+    let closed = || {
+        if may_close {
+            Ok(())
+        } else {
+            Err("the server closed the connection after a well-formed frame".to_string())
+        }
+    };
     let mut conn = RawConn::connect(addr).await;
     let _ = conn.write_raw(&fuzz_bytes(f)).await;
     let mut probe = RemotingCommand::request(UNKNOWN_CODE, ExtFields::new());
     probe.opaque = opaque();
     let want = probe.opaque;
     if conn.send(&probe).await.is_err() {
-        return Ok(()); // already closed
+        return closed(); // already closed
     }
     let deadline = tokio::time::Instant::now() + DEADLINE;
     loop {
         let left = deadline.saturating_duration_since(tokio::time::Instant::now());
         match conn.read(left).await {
-            Read::Closed => return Ok(()),
+            Read::Closed => return closed(),
             Read::Frame(r) if r.is_response() && r.opaque == want => {
                 return if r.code == response_code::REQUEST_CODE_NOT_SUPPORTED {
                     Ok(())
