@@ -218,5 +218,41 @@ mod tests {
         fn arbitrary_bytes_never_panic(raw in proptest::collection::vec(any::<u8>(), 0..256)) {
             let _ = decode_batch(&Bytes::from(raw));
         }
+
+        /// Uniform bytes rarely form even one entry: start from a valid batch and edit it
+        /// (byte flips, length fields overwritten with boundary values, truncations, junk).
+        #[test]
+        fn edited_batches_never_panic(
+            entries in proptest::collection::vec(entry(), 1..4),
+            edits in proptest::collection::vec((0u8..4, 0.0f64..1.0, any::<u32>()), 1..5),
+        ) {
+            let mut raw = encode_batch(&entries).unwrap();
+            for &(kind, frac, v) in &edits {
+                if raw.is_empty() {
+                    break;
+                }
+                let len = raw.len();
+                let pos = ((len as f64 * frac) as usize).min(len - 1);
+                let value: i32 = match v % 7 {
+                    0 => 0,
+                    1 => -1,
+                    2 => i32::MAX,
+                    3 => i32::MIN,
+                    4 => len as i32,
+                    5 => i32::from(i16::MAX),
+                    _ => (v % 300) as i32,
+                };
+                match kind {
+                    0 => raw[pos] ^= (v as u8) | 1,
+                    1 if pos + 4 <= len => raw[pos..pos + 4].copy_from_slice(&value.to_be_bytes()),
+                    2 if pos + 2 <= len => {
+                        raw[pos..pos + 2].copy_from_slice(&(value as i16).to_be_bytes())
+                    }
+                    3 => raw.truncate(pos),
+                    _ => raw.extend((0..v % 32).map(|i| (v >> (i % 24)) as u8)),
+                }
+            }
+            let _ = decode_batch(&Bytes::from(raw));
+        }
     }
 }
