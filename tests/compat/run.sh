@@ -60,7 +60,7 @@ fail() { echo "FAIL $1: $2"; FAILED=$((FAILED + 1)); REPORTED["$1"]=1; }
 # exactly these, and expected_checks derives the list of checks that must report from them.
 JAVA_SCENARIOS="a:SendReceive b:SplitGroup c:LitePull d:QueryMessage e:TagFilter g:RetryDlq h:DelayLevels \
 i:TimerMessages j:Transactions k:Orderly l:Broadcast"
-GO_SCENARIOS="a:send-receive g:g-retry-dlq h:h-delay-levels l:l-broadcast"
+GO_SCENARIOS="a:send-receive e:e-tag-filter g:g-retry-dlq h:h-delay-levels l:l-broadcast"
 MQADMIN_CHECKS="clusterList updateTopic topicList topicRoute topicStatus consumerProgress"
 
 # run_program NAME CMD... : runs a test program that prints its own PASS/FAIL line.
