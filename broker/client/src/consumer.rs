@@ -112,54 +112,8 @@ pub struct PullOptions {
     pub commit_offset: Option<i64>,
 }
 
-/// The PULL_MESSAGE request header (§6.5) in its logical form.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PullHeader {
-    /// `consumerGroup`.
-    pub consumer_group: String,
-    /// `topic`.
-    pub topic: String,
-    /// `queueId`.
-    pub queue_id: i32,
-    /// `queueOffset`.
-    pub queue_offset: i64,
-    /// `maxMsgNums`.
-    pub max_msg_nums: i32,
-    /// `sysFlag` ([`pull_sys_flag`]).
-    pub sys_flag: i32,
-    /// `commitOffset`.
-    pub commit_offset: i64,
-    /// `suspendTimeoutMillis`.
-    pub suspend_timeout_millis: i64,
-    /// `subscription`.
-    pub subscription: String,
-    /// `subVersion`.
-    pub sub_version: i64,
-    /// `expressionType`.
-    pub expression_type: String,
-}
-
-impl PullHeader {
-    /// The `extFields` (long keys, all present).
-    pub fn to_ext_fields(&self) -> ExtFields {
-        let mut f = ExtFields::new();
-        f.insert("consumerGroup".into(), self.consumer_group.clone());
-        f.insert("topic".into(), self.topic.clone());
-        f.insert("queueId".into(), self.queue_id.to_string());
-        f.insert("queueOffset".into(), self.queue_offset.to_string());
-        f.insert("maxMsgNums".into(), self.max_msg_nums.to_string());
-        f.insert("sysFlag".into(), self.sys_flag.to_string());
-        f.insert("commitOffset".into(), self.commit_offset.to_string());
-        f.insert(
-            "suspendTimeoutMillis".into(),
-            self.suspend_timeout_millis.to_string(),
-        );
-        f.insert("subscription".into(), self.subscription.clone());
-        f.insert("subVersion".into(), self.sub_version.to_string());
-        f.insert("expressionType".into(), self.expression_type.clone());
-        f
-    }
-}
+/// The PULL_MESSAGE request header (§6.5): the protocol crate's type, shared with the broker.
+pub use conveyor_protocol::header::PullMessageHeader as PullHeader;
 
 /// A group-aware manual pull consumer. Share it (`Arc`) between tasks.
 #[derive(Debug)]
@@ -306,9 +260,10 @@ impl PullConsumer {
             sys_flag,
             commit_offset: options.commit_offset.unwrap_or(0),
             suspend_timeout_millis: options.suspend.as_millis() as i64,
-            subscription: subscription.expression().to_string(),
+            subscription: Some(subscription.expression().to_string()),
             sub_version: self.sub_version,
-            expression_type: EXPRESSION_TYPE_TAG.to_string(),
+            expression_type: Some(EXPRESSION_TYPE_TAG.to_string()),
+            max_msg_bytes: None,
         };
         let addr = self.broker_addr(queue).await?;
         let request = RemotingCommand::request(request_code::PULL_MESSAGE, header.to_ext_fields());
@@ -553,9 +508,10 @@ mod tests {
             sys_flag: pull_sys_flag::SUBSCRIPTION | pull_sys_flag::SUSPEND,
             commit_offset: 0,
             suspend_timeout_millis: 15_000,
-            subscription: "A || B".into(),
+            subscription: Some("A || B".into()),
             sub_version: 5,
-            expression_type: "TAG".into(),
+            expression_type: Some("TAG".into()),
+            max_msg_bytes: None,
         };
         let f = h.to_ext_fields();
         let expected = [

@@ -60,9 +60,10 @@ fn pull_request(topic: &str, queue_id: i32, offset: i64) -> RemotingCommand {
         sys_flag: pull_sys_flag::SUBSCRIPTION,
         commit_offset: 0,
         suspend_timeout_millis: 0,
-        subscription: "*".into(),
+        subscription: Some("*".into()),
         sub_version: 0,
-        expression_type: "TAG".into(),
+        expression_type: Some("TAG".into()),
+        max_msg_bytes: None,
     };
     RemotingCommand::request(request_code::PULL_MESSAGE, h.to_ext_fields())
 }

@@ -155,9 +155,10 @@ async fn produce_consume_round_trip() {
         sys_flag: conveyor_client::consumer::pull_sys_flag::SUBSCRIPTION,
         commit_offset: 0,
         suspend_timeout_millis: 0,
-        subscription: "A || B".into(),
+        subscription: Some("A || B".into()),
         sub_version: 0,
-        expression_type: "TAG".into(),
+        expression_type: Some("TAG".into()),
+        max_msg_bytes: None,
     };
     let raw = consumer
         .remoting()
