@@ -13,6 +13,7 @@
 //!
 //! Keys are kebab-case (`cluster-name`); RocketMQ's camelCase name is given where one exists.
 
+#![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
 mod error;
