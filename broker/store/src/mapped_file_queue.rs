@@ -26,6 +26,8 @@ pub(crate) struct MappedFileQueue {
     dir: PathBuf,
     /// Size of every file; file bases are multiples of it.
     file_size: u64,
+    /// What a gap means, at load and when a file is appended past the run's end.
+    on_gap: OnGap,
     /// The files, oldest first, each starting where the previous one ends.
     files: RwLock<Vec<Arc<MappedFile>>>,
 }
@@ -80,6 +82,7 @@ impl MappedFileQueue {
         Ok(Self {
             dir: dir.to_path_buf(),
             file_size,
+            on_gap,
             files: RwLock::new(files),
         })
     }
@@ -115,6 +118,15 @@ impl MappedFileQueue {
             .cloned()
     }
 
+    /// Offset one past the newest file.
+    fn end(&self) -> Option<u64> {
+        self.files
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .last()
+            .map(|f| f.end())
+    }
+
     /// A copy of the file list, oldest first.
     pub(crate) fn snapshot(&self) -> Vec<Arc<MappedFile>> {
         self.files.read().unwrap_or_else(|e| e.into_inner()).clone()
@@ -127,8 +139,9 @@ impl MappedFileQueue {
 
     /// Returns the file starting at `base`, appending the one `create` makes when the run does
     /// not have it yet (then `true` comes with it: the caller makes the new name durable with
-    /// [`sync_dir`] before it relies on the file). A `base` that does not continue the run (a
-    /// ConsumeQueue that restarts further on after retention) first deletes every older file.
+    /// [`sync_dir`] before it relies on the file). A `base` past the run's end is a gap, handled
+    /// as the queue's [`OnGap`] says (a ConsumeQueue restarting further on after retention
+    /// deletes every older file; the CommitLog refuses); a `base` below the run is refused.
     pub(crate) fn get_or_append(
         &self,
         base: u64,
@@ -136,6 +149,18 @@ impl MappedFileQueue {
     ) -> Result<(Arc<MappedFile>, bool)> {
         if let Some(f) = self.find(base) {
             return Ok((f, false));
+        }
+        let refuse = |what: &str| {
+            Err(StoreError::Corrupt(format!(
+                "{}: file {base} would {what}",
+                self.dir.display()
+            )))
+        };
+        if self.first().is_some_and(|f| base < f.base()) {
+            return refuse("lie below the first file");
+        }
+        if self.on_gap == OnGap::Refuse && self.end().is_some_and(|end| base > end) {
+            return refuse("leave a gap after the last file");
         }
         let file = Arc::new(create()?);
         debug_assert_eq!(file.base(), base);
@@ -145,6 +170,8 @@ impl MappedFileQueue {
             return Ok((f.clone(), false));
         }
         if files.last().is_some_and(|l| l.end() != base) {
+            // A gap under OnGap::KeepNewest (checked above for Refuse): the older run is
+            // unreachable.
             for f in files.drain(..) {
                 f.delete()?;
             }
@@ -292,8 +319,19 @@ mod tests {
         let q = MappedFileQueue::load(dir.path(), 100, OnGap::KeepNewest, false).unwrap();
         assert_eq!(q.min_offset(), Some(300));
         assert_eq!(list_offsets(dir.path()).unwrap(), vec![300]);
-        // A restart further on deletes the older run too.
+        // A restart further on deletes the older run too; a file below the run is refused.
         append(&q, 700);
+        assert_eq!(list_offsets(dir.path()).unwrap(), vec![700]);
+        assert!(matches!(
+            q.get_or_append(100, || MappedFile::open(q.dir(), 100, 100)),
+            Err(StoreError::Corrupt(_))
+        ));
+        // The CommitLog's policy refuses a gap instead of deleting anything.
+        let q = MappedFileQueue::load(dir.path(), 100, OnGap::Refuse, false).unwrap();
+        assert!(matches!(
+            q.get_or_append(900, || MappedFile::open(q.dir(), 900, 100)),
+            Err(StoreError::Corrupt(_))
+        ));
         assert_eq!(list_offsets(dir.path()).unwrap(), vec![700]);
     }
 }
