@@ -2,14 +2,13 @@
 //! broker answered with an error code (keep the code and remark: they decide whether a retry
 //! makes sense), the transport failed (reconnect / try elsewhere), or the input was invalid.
 
-use std::time::Duration;
-
 use conveyor_protocol::batch::BatchError;
-use conveyor_protocol::code::{request_code, response_code};
+use conveyor_protocol::code::response_code;
 use conveyor_protocol::command::HeaderError;
 use conveyor_protocol::frame::FrameError;
 use conveyor_protocol::json::JsonError;
 use conveyor_protocol::message::RecordError;
+use conveyor_remoting::RemotingError;
 
 /// Result alias of this crate.
 pub type Result<T, E = ClientError> = std::result::Result<T, E>;
@@ -25,45 +24,10 @@ pub enum ClientError {
         /// The remark of the response, if any.
         remark: Option<String>,
     },
-    /// Could not open a TCP connection.
-    #[error("cannot connect to {addr}: {source}")]
-    Connect {
-        /// Peer address.
-        addr: String,
-        /// Underlying error.
-        source: std::io::Error,
-    },
-    /// Connecting did not finish in time.
-    #[error("connecting to {addr} timed out after {timeout:?}")]
-    ConnectTimeout {
-        /// Peer address.
-        addr: String,
-        /// The limit.
-        timeout: Duration,
-    },
-    /// The connection was closed (by the peer, an IO error or the client) before the response
-    /// arrived.
-    #[error("connection to {addr} closed")]
-    ConnectionClosed {
-        /// Peer address.
-        addr: String,
-    },
-    /// No response arrived in time.
-    #[error("request {code} ({name}) to {addr} timed out after {timeout:?}", name = request_code::name(*code).unwrap_or("UNKNOWN"))]
-    Timeout {
-        /// Peer address.
-        addr: String,
-        /// Request code.
-        code: i32,
-        /// The limit.
-        timeout: Duration,
-    },
-    /// A frame could not be encoded or decoded.
-    #[error("frame error: {0}")]
-    Frame(#[from] FrameError),
-    /// A socket read or write failed.
-    #[error("io error: {0}")]
-    Io(#[from] std::io::Error),
+    /// The transport failed (connect, close, timeout, socket, framing): the request may not
+    /// have been processed and another address may work.
+    #[error(transparent)]
+    Transport(RemotingError),
     /// A response header lacks a field or has a malformed one.
     #[error("bad response header: {0}")]
     Header(#[from] HeaderError),
@@ -96,6 +60,27 @@ pub enum ClientError {
     InvalidArgument(String),
 }
 
+impl From<RemotingError> for ClientError {
+    fn from(e: RemotingError) -> Self {
+        match e {
+            RemotingError::Server { code, remark } => ClientError::Server { code, remark },
+            transport => ClientError::Transport(transport),
+        }
+    }
+}
+
+impl From<FrameError> for ClientError {
+    fn from(e: FrameError) -> Self {
+        ClientError::Transport(RemotingError::Frame(e))
+    }
+}
+
+impl From<std::io::Error> for ClientError {
+    fn from(e: std::io::Error) -> Self {
+        ClientError::Transport(RemotingError::Io(e))
+    }
+}
+
 /// Response codes on which a producer retries on another queue (Java's set, §3.2).
 pub const RETRYABLE_SEND_CODES: [i32; 8] = [
     response_code::TOPIC_NOT_EXIST,
@@ -125,15 +110,7 @@ impl ClientError {
     /// True for failures of the connection itself (connect, close, timeout, IO, framing):
     /// the request may not have been processed and another address may work.
     pub fn is_transport(&self) -> bool {
-        matches!(
-            self,
-            ClientError::Connect { .. }
-                | ClientError::ConnectTimeout { .. }
-                | ClientError::ConnectionClosed { .. }
-                | ClientError::Timeout { .. }
-                | ClientError::Io(_)
-                | ClientError::Frame(_)
-        )
+        matches!(self, ClientError::Transport(_))
     }
 
     /// True when a send that failed this way should be retried on another queue: transport
@@ -161,11 +138,11 @@ mod tests {
         assert!(e.is_retryable_send());
         assert!(!e.is_transport());
         assert!(!ClientError::server(13, None).is_retryable_send());
-        let t = ClientError::Timeout {
+        let t = ClientError::from(RemotingError::Timeout {
             addr: "a:1".into(),
             code: 310,
-            timeout: Duration::from_secs(1),
-        };
+            timeout: std::time::Duration::from_secs(1),
+        });
         assert!(t.is_transport() && t.is_retryable_send());
         assert!(t.to_string().contains("SEND_MESSAGE_V2"));
     }
