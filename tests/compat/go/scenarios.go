@@ -154,7 +154,8 @@ func startProducer(ns []string, group, instance string) (rocketmq.Producer, erro
 	return p, nil
 }
 
-func sendSync(p rocketmq.Producer, col *collector, topic string, e *expected, m *primitive.Message) error {
+// sendSync sends m (made from e) and records the send with every collector in cols.
+func sendSync(p rocketmq.Producer, topic string, e *expected, m *primitive.Message, cols ...*collector) error {
 	r, err := p.SendSync(context.Background(), m)
 	if err != nil {
 		return failf("SendSync %s: %v", e.key, err)
@@ -162,7 +163,7 @@ func sendSync(p rocketmq.Producer, col *collector, topic string, e *expected, m 
 	if r.Status != primitive.SendOK {
 		return failf("SendSync %s: status %v", e.key, r.Status)
 	}
-	if col != nil {
+	for _, col := range cols {
 		col.sent(e, m, fmt.Sprintf("sync queue=%d offset=%d msgId=%s", r.MessageQueue.QueueId, r.QueueOffset, r.MsgID))
 	}
 	return nil
@@ -570,7 +571,7 @@ func runDelayLevels(topic string, diag *[]func() []string) error {
 
 	// Level-0 warm-up messages (spread over the queues) show that the consumer is polling every queue.
 	for _, e := range msgs[:warmups] {
-		if err := sendSync(p, col, topic, e, e.message(topic)); err != nil {
+		if err := sendSync(p, topic, e, e.message(topic), col); err != nil {
 			return err
 		}
 	}
@@ -601,7 +602,7 @@ func runDelayLevels(topic string, diag *[]func() []string) error {
 			m := e.message(topic)
 			m.WithDelayTimeLevel(level)
 			start := time.Now()
-			if err := sendSync(p, col, topic, e, m); err != nil {
+			if err := sendSync(p, topic, e, m, col); err != nil {
 				return err
 			}
 			sent = append(sent, sentMsg{e: e, level: level, start: start, end: time.Now()})
@@ -794,16 +795,8 @@ func runTagFilter(total int, topic string, diag *[]func() []string) error {
 	}
 	defer p.Shutdown()
 	for _, e := range msgs {
-		m := e.message(topic)
-		r, err := p.SendSync(context.Background(), m)
-		if err != nil {
-			return failf("SendSync %s: %v", e.key, err)
-		}
-		if r.Status != primitive.SendOK {
-			return failf("SendSync %s: status %v", e.key, r.Status)
-		}
-		for _, col := range cols {
-			col.sent(e, m, fmt.Sprintf("sync queue=%d offset=%d msgId=%s", r.MessageQueue.QueueId, r.QueueOffset, r.MsgID))
+		if err := sendSync(p, topic, e, e.message(topic), cols...); err != nil {
+			return err
 		}
 	}
 	done := func() bool {
