@@ -24,6 +24,14 @@ pub const MAGIC_V2: u32 = 0xDAA3_20AB;
 pub const BLANK_MAGIC: u32 = 0xCBD4_3194;
 /// The smallest blank marker: total size + magic.
 pub const END_FILE_MIN_BLANK_LENGTH: usize = 8;
+/// Magic code of Conveyor's damaged-range marker (no RocketMQ equivalent): recovery found
+/// bytes that are not a valid record between two valid ones and wrote `[length][magic]` over
+/// their start, so that every later walk of the log skips exactly `length` bytes instead of
+/// stopping there. A copy of the original bytes is kept in the store's `quarantine/` folder.
+pub const DAMAGED_MAGIC: u32 = 0xCBD4_3195;
+/// Leading bytes shared by both record magics ([`MAGIC_V1`], [`MAGIC_V2`]): what a search for
+/// the next record start looks for.
+pub const RECORD_MAGIC_PREFIX: [u8; 3] = [0xDA, 0xA3, 0x20];
 
 /// Byte position of QUEUEOFFSET in a record.
 pub const QUEUE_OFFSET_POS: usize = 20;

@@ -11,7 +11,10 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use conveyor_protocol::message::{seal_record, RecordView, BLANK_MAGIC, END_FILE_MIN_BLANK_LENGTH};
+use conveyor_protocol::message::{
+    seal_record, RecordView, BLANK_MAGIC, DAMAGED_MAGIC, END_FILE_MIN_BLANK_LENGTH,
+    RECORD_MAGIC_PREFIX,
+};
 use conveyor_protocol::sysflag;
 
 use crate::allocate::AllocateService;
@@ -119,7 +122,7 @@ pub struct CommitLog {
 }
 
 /// What recovery found.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct Recovered {
     /// End of the intact prefix; everything from here on was wiped.
     pub valid_end: u64,
@@ -127,6 +130,8 @@ pub struct Recovered {
     pub scanned: u64,
     /// Time the verifying scan took.
     pub scan_elapsed: std::time::Duration,
+    /// Damaged ranges skipped (offset, length).
+    pub damaged: Vec<(u64, u64)>,
 }
 
 impl CommitLog {
@@ -159,14 +164,19 @@ impl CommitLog {
     }
 
     /// Scans from the segment holding `scan_from`, verifying every record, calling `visit`
-    /// for each intact one, and cuts the log at the first damaged byte: the rest of that
-    /// segment is zeroed and later segments are deleted.
+    /// for each intact one. Bytes that are not a valid record but are followed by valid
+    /// records later in the log (a record damaged in the middle of the log, or a page that
+    /// never reached the disk before later ones did) are skipped: a copy goes to
+    /// `quarantine`, a marker over their start makes every later walk skip them, and the
+    /// records after them are kept. Only where nothing valid follows is the log cut: the rest
+    /// of that segment is zeroed and later segments are deleted (a torn tail).
     ///
     /// Called once, by the store's open, before anything reads or appends.
     pub(crate) fn recover(
         &self,
         scan_from: u64,
         require_record_crc: bool,
+        quarantine: &Path,
         mut visit: impl FnMut(u64, RecordView<'_>),
     ) -> Result<Recovered> {
         let segments = self.segments.snapshot();
@@ -175,6 +185,7 @@ impl CommitLog {
                 valid_end: 0,
                 scanned: 0,
                 scan_elapsed: std::time::Duration::ZERO,
+                damaged: Vec::new(),
             });
         };
         let segment_size = self.segment_size();
@@ -182,6 +193,7 @@ impl CommitLog {
         let mut idx = ((scan_from - first.base()) / segment_size) as usize;
         let start = segments[idx].base();
         let started = std::time::Instant::now();
+        let mut damaged = Vec::new();
         let mut pos = 0u64; // within segments[idx]
         let valid_end = loop {
             let seg = &segments[idx];
@@ -199,13 +211,42 @@ impl CommitLog {
                     }
                     break seg.end();
                 }
+                if magic == DAMAGED_MAGIC
+                    && size >= END_FILE_MIN_BLANK_LENGTH
+                    && size < rest.len()
+                    && record_starts_at(seg, pos + size as u64, require_record_crc)
+                {
+                    // Skipped by an earlier recovery.
+                    pos += size as u64;
+                    continue;
+                }
             }
             match RecordView::parse_verified(rest, require_record_crc) {
                 Ok(view) if view.physical_offset() == phys as i64 => {
                     visit(phys, view);
                     pos += view.total_size() as u64;
                 }
-                _ => break phys,
+                _ => {
+                    let Some((next_idx, next_pos)) =
+                        next_record(&segments, idx, pos, require_record_crc)
+                    else {
+                        break phys; // nothing valid follows: a torn tail
+                    };
+                    let next = segments[next_idx].base() + next_pos;
+                    quarantine_range(&segments, quarantine, phys, next);
+                    // SAFETY: recovery runs before the store serves: no reader and no other
+                    // writer exist; the markers cover only damaged bytes.
+                    unsafe { mark_damaged(&segments, idx, pos, next_idx, next_pos) };
+                    tracing::error!(
+                        offset = phys,
+                        len = next - phys,
+                        quarantine = %quarantine.display(),
+                        "damaged bytes in the commit log skipped; the records after them are kept"
+                    );
+                    damaged.push((phys, next - phys));
+                    idx = next_idx;
+                    pos = next_pos;
+                }
             }
         };
         let scan_elapsed = started.elapsed();
@@ -218,6 +259,7 @@ impl CommitLog {
             valid_end,
             scanned: valid_end - start,
             scan_elapsed,
+            damaged,
         })
     }
 
@@ -460,5 +502,115 @@ impl CommitLog {
     /// Segment size in bytes.
     pub fn segment_size(&self) -> u64 {
         self.segments.file_size()
+    }
+}
+
+/// Whether a verified record that names its own offset starts at `pos` of `seg`.
+fn record_starts_at(seg: &MappedFile, pos: u64, require_record_crc: bool) -> bool {
+    let data = seg.all();
+    pos < data.len() as u64
+        && matches!(
+            RecordView::parse_verified(&data[pos as usize..], require_record_crc),
+            Ok(view) if view.physical_offset() == (seg.base() + pos) as i64
+        )
+}
+
+/// The first record start after damage at `pos` of `segments[idx]`: the next position, in
+/// this segment or a later one, where a record verifies and names its own physical offset (a
+/// stale or random byte pattern practically never does both). The search starts a marker's
+/// length on, so that the damaged range can always hold its marker.
+fn next_record(
+    segments: &[Arc<MappedFile>],
+    idx: usize,
+    pos: u64,
+    require_record_crc: bool,
+) -> Option<(usize, u64)> {
+    let finder = memchr::memmem::Finder::new(&RECORD_MAGIC_PREFIX);
+    for (j, seg) in segments.iter().enumerate().skip(idx) {
+        let data = seg.all();
+        let from = if j == idx {
+            pos as usize + END_FILE_MIN_BLANK_LENGTH
+        } else {
+            0
+        };
+        // The magic sits 4 bytes into a record.
+        let mut at = from + 4;
+        while at < data.len() {
+            let Some(hit) = finder.find(&data[at..]) else {
+                break;
+            };
+            let record = (at + hit - 4) as u64;
+            // A range that ends inside a later segment must leave room for its marker.
+            let room = j == idx || record == 0 || record >= END_FILE_MIN_BLANK_LENGTH as u64;
+            if room && record_starts_at(seg, record, require_record_crc) {
+                return Some((j, record));
+            }
+            at += hit + 1;
+        }
+    }
+    None
+}
+
+/// The most bytes of one damaged range kept in the quarantine folder (the start of the range
+/// is what tells how it was damaged; a whole lost segment need not be copied).
+const QUARANTINE_MAX: u64 = 16 << 20;
+
+/// Saves a copy of the damaged bytes `[from, to)` as `quarantine/commitlog-<from>-<len>`,
+/// best effort: a failure is logged and does not stop recovery.
+fn quarantine_range(segments: &[Arc<MappedFile>], dir: &Path, from: u64, to: u64) {
+    let mut copy = Vec::new();
+    let mut at = from;
+    let stop = to.min(from + QUARANTINE_MAX);
+    for seg in segments {
+        if at >= stop {
+            break;
+        }
+        if seg.end() <= at {
+            continue;
+        }
+        let n = (stop.min(seg.end()) - at) as usize;
+        copy.extend_from_slice(seg.read(at - seg.base(), n));
+        at += n as u64;
+    }
+    let path = dir.join(format!("commitlog-{from:020}-{}", to - from));
+    let saved = std::fs::create_dir_all(dir)
+        .and_then(|()| std::fs::write(&path, &copy))
+        .and_then(|()| std::fs::File::open(&path)?.sync_all());
+    if let Err(e) = saved {
+        tracing::error!(path = %path.display(), error = %e, "could not quarantine damaged bytes");
+    }
+}
+
+/// Writes the markers that make walks skip the damaged bytes from `pos` of `segments[idx]`
+/// to `next_pos` of `segments[next_idx]`: a damaged-range marker where the range ends
+/// inside its segment, an end-of-segment blank where it runs to the end of one.
+///
+/// # Safety
+/// Recovery only: no reader and no other writer.
+unsafe fn mark_damaged(
+    segments: &[Arc<MappedFile>],
+    idx: usize,
+    pos: u64,
+    next_idx: usize,
+    next_pos: u64,
+) {
+    let marker = |len: u64, magic: u32| {
+        let mut m = [0u8; END_FILE_MIN_BLANK_LENGTH];
+        m[..4].copy_from_slice(&(len as u32).to_be_bytes());
+        m[4..].copy_from_slice(&magic.to_be_bytes());
+        m
+    };
+    for (j, seg) in segments.iter().enumerate().take(next_idx + 1).skip(idx) {
+        let from = if j == idx { pos } else { 0 };
+        let (len, magic) = if j == next_idx {
+            (next_pos - from, DAMAGED_MAGIC)
+        } else {
+            (seg.size() - from, BLANK_MAGIC)
+        };
+        if len > 0 {
+            // SAFETY: forwarded from the caller; `from + 8 <= size` because a record start
+            // leaves room for a blank marker and the search kept the range at least that long.
+            unsafe { seg.write(from, &marker(len, magic)) };
+        }
     }
 }

@@ -97,43 +97,51 @@ impl ConsumeQueue {
         self.queue_id
     }
 
-    /// Finds the last valid entry (one whose record lies below `log_end`), wipes everything
-    /// after it and deletes later files, so the queue agrees with the recovered CommitLog.
+    /// Finds the queue's end after an open: one past its last entry that leads to a record of
+    /// its own (`is_own(queue_offset, entry)`, which checks the CommitLog) below `log_end`;
+    /// wipes what lies after it and deletes later files, so the queue agrees with the
+    /// recovered CommitLog. Damaged entries before the end stay as holes pulls skip (and
+    /// recovery's re-dispatch rewrites those of the re-verified tail).
+    ///
+    /// Cost: a binary search per file for the end of the written slots, a bounded look past it
+    /// for slots written after a hole, then one CommitLog read per candidate entry walking
+    /// back; the unwritten rest of a file is never read unless garbage was found in it.
     /// Called by the store's open, before anything reads the queue.
-    pub(crate) fn recover(&self, log_end: u64) -> Result<()> {
-        let valid = |raw: &[u8]| matches!(CqEntry::decode(raw), Some(e) if e.physical_offset + e.size as u64 <= log_end);
+    pub(crate) fn recover(
+        &self,
+        log_end: u64,
+        is_own: impl Fn(i64, &CqEntry) -> bool,
+    ) -> Result<()> {
         let files = self.files.snapshot();
-        if files.is_empty() {
+        let Some(first) = files.first() else {
             return Ok(());
-        }
-        // Entries are written in order and their commit-log offsets grow, so the valid ones
-        // form a prefix: find the last file that starts with a valid entry, then binary-search
-        // its end. Recovery thus costs O(files + log entries), not a scan of every entry.
-        let mut keep = files.len();
-        while keep > 1 && !valid(files[keep - 1].read(0, CQ_UNIT as usize)) {
-            keep -= 1;
-        }
-        let last = &files[keep - 1];
-        let data = last.all();
-        let entries = data.len() / CQ_UNIT as usize;
-        let entry = |n: usize| &data[n * CQ_UNIT as usize..(n + 1) * CQ_UNIT as usize];
-        let (mut lo, mut hi) = (0usize, entries);
-        while lo < hi {
-            let mid = lo + (hi - lo) / 2;
-            if valid(entry(mid)) {
-                lo = mid + 1;
-            } else {
-                hi = mid;
+        };
+        let mut end_byte = first.base();
+        let mut garbage_after = false;
+        'files: for file in files.iter().rev() {
+            let written = written_slots(file.all());
+            for slot in (0..written).rev() {
+                let raw = file.read(slot as u64 * CQ_UNIT, CQ_UNIT as usize);
+                let Some(entry) = CqEntry::decode(raw) else {
+                    garbage_after |= raw.iter().any(|b| *b != 0);
+                    continue;
+                };
+                let byte = file.base() + slot as u64 * CQ_UNIT;
+                let own = entry.physical_offset + u64::from(entry.size) <= log_end
+                    && is_own((byte / CQ_UNIT) as i64, &entry);
+                if own {
+                    end_byte = byte + CQ_UNIT;
+                    break 'files;
+                }
+                garbage_after = true;
             }
         }
-        let end_byte = last.base() + lo as u64 * CQ_UNIT;
-        // Everything after the last valid entry must read as empty: wipe leftovers (a torn or
-        // truncated tail) so they can never be taken for entries later.
-        let dirty_tail = lo < entries && entry(lo).iter().any(|b| *b != 0);
-        if dirty_tail || keep < files.len() {
+        // Files wholly past the end hold nothing of this queue any more.
+        let stale_files = files.iter().any(|f| f.base() > end_byte);
+        if garbage_after || stale_files {
             // SAFETY: recovery runs before the store serves: no reader, no other writer.
-            unsafe { self.files.truncate_to(end_byte) }?;
-            if dirty_tail {
+            let kept = unsafe { self.files.truncate_to(end_byte) }?;
+            if let Some(last) = kept.last() {
                 last.flush_all()?;
             }
         }
@@ -149,12 +157,13 @@ impl ConsumeQueue {
         let mut lo = self.min_offset();
         // Entries are ordered by physical offset: binary search for the first kept one.
         let mut hi = max;
+        // A hole (a damaged or never-written slot) says nothing: decide by the next entry.
         while lo < hi {
             let mid = lo + (hi - lo) / 2;
-            match self.get(mid) {
-                Some(e) if e.physical_offset < log_min => lo = mid + 1,
+            match (mid..hi).find_map(|n| self.get(n).map(|e| (n, e))) {
+                Some((n, e)) if e.physical_offset < log_min => lo = n + 1,
                 Some(_) => hi = mid,
-                None => lo = mid + 1,
+                None => hi = mid,
             }
         }
         self.min.fetch_max(lo, Ordering::AcqRel);
@@ -231,6 +240,37 @@ impl ConsumeQueue {
     }
 }
 
+/// How far past the end of the written slots [`written_slots`] looks for slots written after
+/// a hole (a page of entries that never reached the disk while a later one did): 16 pages.
+const HOLE_LOOKAHEAD: usize = 16 * 4096;
+
+/// The number of leading slots of a queue file that may hold entries: a binary search for the
+/// first zero slot (slots are written in order), extended past holes of up to
+/// [`HOLE_LOOKAHEAD`] bytes that are followed by written slots.
+fn written_slots(data: &[u8]) -> usize {
+    let unit = CQ_UNIT as usize;
+    let slots = data.len() / unit;
+    let used = |n: usize| data[n * unit..(n + 1) * unit].iter().any(|b| *b != 0);
+    let (mut lo, mut hi) = (0usize, slots);
+    while lo < hi {
+        let mid = lo + (hi - lo) / 2;
+        if used(mid) {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    let mut end = lo;
+    let mut probe = end;
+    while probe < slots && (probe - end) * unit < HOLE_LOOKAHEAD {
+        if used(probe) {
+            end = probe + 1;
+        }
+        probe += 1;
+    }
+    end
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -264,7 +304,7 @@ mod tests {
         drop(cq);
         // The log only kept the first 6 records intact.
         let cq = ConsumeQueue::open(dir.path(), "T", 0, 4).unwrap();
-        cq.recover(600).unwrap();
+        cq.recover(600, |_, _| true).unwrap();
         assert_eq!(cq.max_offset(), 6);
         assert_eq!(cq.get(6), None);
         assert_eq!(list_offsets(dir.path()).unwrap(), vec![0, 80]);
@@ -273,5 +313,63 @@ mod tests {
         assert_eq!(cq.delete_expired(450).unwrap(), 1);
         assert_eq!(cq.min_offset(), 5);
         assert_eq!(list_offsets(dir.path()).unwrap(), vec![80]);
+    }
+
+    fn queue_of(dir: &Path, entries: u64) -> ConsumeQueue {
+        let cq = ConsumeQueue::open(dir, "T", 0, 64).unwrap();
+        for i in 0..entries {
+            let e = CqEntry {
+                physical_offset: i * 100,
+                size: 100,
+                tag_code: 0,
+            };
+            // SAFETY: this test is the queue's only writer.
+            unsafe { cq.put(i as i64, e) }.unwrap();
+        }
+        cq
+    }
+
+    fn zero_slot(dir: &Path, slot: u64) {
+        let path = dir.join(format!("{:020}", 0));
+        let mut data = std::fs::read(&path).unwrap();
+        data[(slot * CQ_UNIT) as usize..((slot + 1) * CQ_UNIT) as usize].fill(0);
+        std::fs::write(&path, data).unwrap();
+    }
+
+    #[test]
+    fn stale_entries_after_a_hole_are_wiped_not_exposed() {
+        let dir = tempfile::tempdir().unwrap();
+        drop(queue_of(dir.path(), 10));
+        // Slot 5 never reached the disk; slots 6..10 are stale: their records now belong to
+        // other queues (is_own says no), although they lie inside the log.
+        zero_slot(dir.path(), 5);
+        let cq = ConsumeQueue::open(dir.path(), "T", 0, 64).unwrap();
+        cq.recover(10_000, |qoff, _| qoff < 5).unwrap();
+        assert_eq!(cq.max_offset(), 5);
+        drop(cq);
+        let data = std::fs::read(dir.path().join(format!("{:020}", 0))).unwrap();
+        assert!(
+            data[(5 * CQ_UNIT) as usize..].iter().all(|b| *b == 0),
+            "the stale slots are wiped on disk"
+        );
+    }
+
+    #[test]
+    fn own_entries_after_a_hole_are_kept_and_the_hole_is_skipped() {
+        let dir = tempfile::tempdir().unwrap();
+        drop(queue_of(dir.path(), 10));
+        zero_slot(dir.path(), 5);
+        let cq = ConsumeQueue::open(dir.path(), "T", 0, 64).unwrap();
+        cq.recover(10_000, |_, _| true).unwrap();
+        assert_eq!(cq.max_offset(), 10);
+        assert_eq!(cq.get(5), None);
+        assert_eq!(cq.get(9).unwrap().physical_offset, 900);
+        // A hole says nothing about retention: min stays below the kept entries.
+        cq.correct_min(0);
+        assert_eq!(cq.min_offset(), 0);
+        // Retention deleted records 0..4: min moves up to the hole (conservative: never past
+        // an entry whose record may still be there).
+        cq.correct_min(450);
+        assert_eq!(cq.min_offset(), 5);
     }
 }

@@ -200,16 +200,28 @@ impl MappedFile {
     /// or beyond `pos` (recovery before the store serves, or a writer undoing its own
     /// unpublished bytes).
     pub(crate) unsafe fn zero_from(&self, pos: u64) {
-        if pos >= self.size {
-            return;
-        }
-        // SAFETY: in bounds; the caller guarantees no reader sees positions at or beyond `pos`.
-        unsafe {
-            std::ptr::write_bytes(
-                self.map.as_mut_ptr().add(pos as usize),
-                0,
-                (self.size - pos) as usize,
-            );
+        // SAFETY: forwarded from the caller.
+        unsafe { self.zero_range(pos, self.size.saturating_sub(pos)) }
+    }
+
+    /// Fills `[pos, pos + len)` (clamped to the file) with zeros. Pages that already read as
+    /// zeros are left alone: wiping the unwritten rest of a preallocated segment must not
+    /// dirty (and later write back) up to a whole segment of zeros.
+    ///
+    /// # Safety
+    /// As for [`MappedFile::zero_from`], for the range.
+    pub(crate) unsafe fn zero_range(&self, pos: u64, len: u64) {
+        const PAGE: u64 = 4096;
+        let end = pos.saturating_add(len).min(self.size);
+        let mut at = pos;
+        while at < end {
+            let stop = (at - at % PAGE + PAGE).min(end);
+            let n = (stop - at) as usize;
+            if self.read(at, n).iter().any(|b| *b != 0) {
+                // SAFETY: in bounds; the caller guarantees no reader sees this range.
+                unsafe { std::ptr::write_bytes(self.map.as_mut_ptr().add(at as usize), 0, n) };
+            }
+            at = stop;
         }
     }
 

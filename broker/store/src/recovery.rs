@@ -5,6 +5,8 @@
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
+use conveyor_protocol::message::RecordView;
+
 use crate::checkpoint::Checkpoint;
 use crate::core::StoreCore;
 use crate::dispatch::{self, Targets};
@@ -25,6 +27,11 @@ pub struct RecoveryReport {
     pub scan_elapsed: Duration,
     /// Time the whole recovery took (scan, queue repair, re-dispatch, checkpoint).
     pub elapsed: Duration,
+    /// Damaged ranges in the scanned log that were skipped (a copy of each is in
+    /// `quarantine/`), keeping the valid records after them.
+    pub damaged_ranges: usize,
+    /// Bytes in those ranges.
+    pub damaged_bytes: u64,
 }
 
 /// Recovers `core` (opened, nothing served yet). `unclean` is set when the previous run left
@@ -40,10 +47,29 @@ pub(crate) fn recover(core: &StoreCore, unclean: bool, started: Instant) -> Resu
         scan_from = scan_from.saturating_sub(seg);
     }
     scan_from = scan_from.max(log.min_offset());
-    let recovered = log.recover(scan_from, core.config.require_record_crc, |_, _| {})?;
+    let require_crc = core.config.require_record_crc;
+    let quarantine = core.config.root.join("quarantine");
+    let recovered = log.recover(scan_from, require_crc, &quarantine, |_, _| {})?;
     let end = recovered.valid_end;
     for cq in core.queues.all() {
-        cq.recover(end)?;
+        // An entry is kept only if it leads to a record of its own queue and offset (or to
+        // one retention already deleted, which cannot be checked and was valid when written).
+        let min = log.min_offset();
+        cq.recover(end, |queue_offset, entry| {
+            if entry.physical_offset < min {
+                return true;
+            }
+            log.read_record_at(entry.physical_offset)
+                .and_then(|slice| {
+                    let view = RecordView::parse_verified(&slice, require_crc).ok()?;
+                    Some(
+                        view.topic() == cq.topic()
+                            && view.queue_id() == cq.queue_id()
+                            && view.queue_offset() == queue_offset,
+                    )
+                })
+                .unwrap_or(false)
+        })?;
     }
     // ConsumeQueues: re-dispatch the verified tail. `scan_from` is a segment start, so the walk
     // starts on a record boundary; it must reach the end, or records would miss their queue
@@ -101,6 +127,8 @@ pub(crate) fn recover(core: &StoreCore, unclean: bool, started: Instant) -> Resu
         scanned: recovered.scanned,
         scan_elapsed: recovered.scan_elapsed,
         elapsed: started.elapsed(),
+        damaged_ranges: recovered.damaged.len(),
+        damaged_bytes: recovered.damaged.iter().map(|(_, len)| len).sum(),
     };
     tracing::info!(?report, "store recovered");
     Ok(report)

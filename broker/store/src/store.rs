@@ -368,15 +368,13 @@ impl MessageStore {
             if !filter.matches_entry(&entry) {
                 continue;
             }
-            let Some(slice) = self
-                .core
-                .commit_log
-                .read(entry.physical_offset, entry.size as usize)
-            else {
+            // The record's own size, not the entry's: a damaged entry must not hand out a
+            // slice that runs into the next record.
+            let Some(slice) = self.core.commit_log.read_record_at(entry.physical_offset) else {
                 status = GetStatus::OffsetFoundNull;
                 continue;
             };
-            match RecordView::parse(&slice) {
+            match RecordView::parse_verified(&slice, self.core.config.require_record_crc) {
                 // An entry must lead to a record of this very queue and offset: a stale or
                 // damaged entry may point into the intact log at another queue's record.
                 Ok(view)
@@ -396,7 +394,16 @@ impl MessageStore {
                 }
                 Ok(view) if filter.matches_record(&view) => {}
                 Ok(_) => continue,
-                Err(_) => {
+                Err(e) => {
+                    // Never served: a damaged record is skipped, so consumers move past it.
+                    tracing::error!(
+                        topic,
+                        queue_id,
+                        queue_offset = next - 1,
+                        physical_offset = entry.physical_offset,
+                        error = %e,
+                        "damaged record in the commit log; skipped"
+                    );
                     status = GetStatus::OffsetFoundNull;
                     continue;
                 }
@@ -419,7 +426,10 @@ impl MessageStore {
         if physical_offset < self.core.commit_log.min_offset() {
             return None;
         }
-        self.core.commit_log.read_record_at(physical_offset)
+        let slice = self.core.commit_log.read_record_at(physical_offset)?;
+        // A damaged record is never handed out (its checksum no longer matches).
+        RecordView::parse_verified(&slice, self.core.config.require_record_crc).ok()?;
+        Some(slice)
     }
 
     /// Messages of `topic` whose KEYS contain `key` or whose UNIQ_KEY is `key`, stored within

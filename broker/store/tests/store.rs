@@ -297,11 +297,24 @@ fn retention_deletes_expired_segments_and_reads_below_report_offset_moved() {
 #[test]
 fn an_entry_pointing_at_another_topics_record_is_never_served() {
     let dir = tempfile::tempdir().unwrap();
+    // Small segments, and TopicA's records several segments before the end, so that a clean
+    // open re-verifies (and re-dispatches) only the last segment, not TopicA's entries.
+    let config = || {
+        let mut cfg = StoreConfig::small(dir.path());
+        cfg.commit_log_segment_size = 64 << 10;
+        cfg.max_message_size = 16 << 10;
+        cfg
+    };
     let b = {
-        let store = open(StoreConfig::small(dir.path()));
+        let store = open(config());
         for i in 0..2 {
             store
                 .put_message(&message("TopicA", 0, b"a", &format!("UA{i}")))
+                .unwrap();
+        }
+        for i in 0..200 {
+            store
+                .put_message(&message("Filler", 0, &[7; 1024], &format!("F{i}")))
                 .unwrap();
         }
         let b = store
@@ -309,29 +322,48 @@ fn an_entry_pointing_at_another_topics_record_is_never_served() {
             .unwrap()
             .placements[0];
         assert!(store.wait_dispatched(Duration::from_secs(10)));
+        store.shutdown().unwrap();
         b
     };
-    // A queue file for TopicA/1 whose first entry points at TopicB's record, as a stale or
-    // damaged entry would (TopicA/1 has no record of its own, so recovery keeps the entry).
+    // TopicA/0's first entry overwritten to point at TopicB's record, as a stale or damaged
+    // entry would (recovery keeps it: the queue's last entry is its own, so it ends after it).
+    let entry = |raw: &mut [u8]| {
+        raw[0..8].copy_from_slice(&b.physical_offset.to_be_bytes());
+        raw[8..12].copy_from_slice(&(b.size as u32).to_be_bytes());
+    };
+    let own = dir
+        .path()
+        .join("consumequeue/TopicA/0/00000000000000000000");
+    let mut raw = std::fs::read(&own).unwrap();
+    entry(&mut raw[..20]);
+    std::fs::write(&own, raw).unwrap();
+    // A queue file for TopicA/1 (which has no record) whose only entry points at TopicB's
+    // record: recovery finds no entry of its own there and wipes it (issue 9, defect 3).
     let qdir = dir.path().join("consumequeue/TopicA/1");
     std::fs::create_dir_all(&qdir).unwrap();
     let mut raw = vec![0u8; 1000 * 20];
-    raw[0..8].copy_from_slice(&b.physical_offset.to_be_bytes());
-    raw[8..12].copy_from_slice(&(b.size as u32).to_be_bytes());
+    entry(&mut raw[..20]);
     std::fs::write(qdir.join("00000000000000000000"), raw).unwrap();
 
-    let store = open(StoreConfig::small(dir.path()));
-    assert_eq!(store.max_offset("TopicA", 1), 1, "recovery keeps the entry");
+    let store = open(config());
+    assert_eq!(
+        store.max_offset("TopicA", 1),
+        0,
+        "recovery wipes the foreign entry"
+    );
     let r = store.get_messages("TopicA", 1, 0, 10, 1 << 20, &AcceptAll);
-    assert!(
-        r.messages.is_empty(),
+    assert!(r.messages.is_empty(), "{r:?}");
+    assert_eq!(store.max_offset("TopicA", 0), 2, "recovery keeps the queue");
+    let r = store.get_messages("TopicA", 0, 0, 10, 1 << 20, &AcceptAll);
+    // The foreign entry is skipped, the queue's own record after it still served.
+    assert_eq!(
+        r.queue_offsets,
+        vec![1],
         "another topic's record was served: {r:?}"
     );
-    assert_eq!(r.status, GetStatus::OffsetFoundNull);
-    assert_eq!(r.next_begin_offset, 1);
-    // The queue's own records are still served.
-    let r = store.get_messages("TopicA", 0, 0, 10, 1 << 20, &AcceptAll);
-    assert_eq!(r.messages.len(), 2, "{r:?}");
+    let v = RecordView::parse(&r.messages[0]).unwrap();
+    assert_eq!(v.property("UNIQ_KEY"), Some("UA1"));
+    assert_eq!(r.next_begin_offset, 2);
 }
 
 fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
@@ -406,4 +438,77 @@ fn recovery_redispatches_the_tail_when_the_index_lags_behind() {
             "key {key}"
         );
     }
+}
+
+/// Issue 9, defect 2: one damaged record in the middle of the log used to end the log there
+/// (the rest of its segment zeroed, later segments deleted), losing acknowledged records.
+/// Now the damaged bytes are skipped and quarantined, and every record after them stays.
+#[test]
+fn a_damaged_record_mid_log_keeps_every_record_after_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = || {
+        let mut cfg = StoreConfig::small(dir.path());
+        cfg.commit_log_segment_size = 64 << 10;
+        cfg.max_message_size = 16 << 10;
+        cfg
+    };
+    let mut placements = Vec::new();
+    {
+        let store = open(config());
+        for i in 0..300 {
+            let m = message("Mid", i % 2, &[i as u8; 700], &format!("M{i}"));
+            placements.push(store.put_message(&m).unwrap().placements[0]);
+        }
+        assert!(store.wait_dispatched(Duration::from_secs(10)));
+        store.shutdown().unwrap();
+    }
+    // Damage one body byte of a record of the last segment with records after it (the part
+    // recovery re-verifies), then pretend a crash.
+    let victim = placements.len() - 20;
+    let p = placements[victim];
+    let base = p.physical_offset - p.physical_offset % (64 << 10);
+    let path = dir.path().join(format!("commitlog/{base:020}"));
+    let mut data = std::fs::read(&path).unwrap();
+    data[(p.physical_offset - base) as usize + 200] ^= 0x5a;
+    std::fs::write(&path, data).unwrap();
+    std::fs::write(dir.path().join("abort"), b"").unwrap();
+
+    let (store, report) = MessageStore::open(config()).unwrap();
+    assert_eq!(report.damaged_ranges, 1, "{report:?}");
+    assert_eq!(report.damaged_bytes, p.size as u64);
+    let quarantined: Vec<_> = std::fs::read_dir(dir.path().join("quarantine"))
+        .unwrap()
+        .collect();
+    assert_eq!(quarantined.len(), 1, "a copy of the damaged bytes is kept");
+    for (i, q) in placements.iter().enumerate() {
+        let qid = (i % 2) as i32;
+        let r = store.get_messages("Mid", qid, q.queue_offset, 1, 1 << 20, &AcceptAll);
+        if i == victim {
+            assert!(
+                !r.queue_offsets.contains(&q.queue_offset),
+                "the damaged record is never served"
+            );
+            continue;
+        }
+        assert_eq!(
+            r.queue_offsets,
+            vec![q.queue_offset],
+            "record {i} lost: {r:?}"
+        );
+        let v = RecordView::parse_verified(&r.messages[0], true).unwrap();
+        assert_eq!(v.property("UNIQ_KEY"), Some(format!("M{i}").as_str()));
+    }
+    // New messages continue after the last kept one, and a second unclean open is stable: the
+    // marker is skipped without new damage reports.
+    let next = store
+        .put_message(&message("Mid", 0, b"next", "next"))
+        .unwrap()
+        .placements[0];
+    assert_eq!(next.queue_offset, 150);
+    drop(store);
+    std::fs::write(dir.path().join("abort"), b"").unwrap();
+    let (store, report) = MessageStore::open(config()).unwrap();
+    assert_eq!(report.damaged_ranges, 0, "{report:?}");
+    assert_eq!(store.max_offset("Mid", 0), 151);
+    assert_eq!(store.max_offset("Mid", 1), 150);
 }
