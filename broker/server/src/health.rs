@@ -23,8 +23,25 @@ pub struct HealthState {
 }
 
 impl HealthState {
-    fn ready(&self) -> bool {
-        self.broker.as_ref().is_none_or(|b| b.is_registered())
+    /// Why the process must not take traffic, if it must not: the store's flush failed (it
+    /// refuses writes until reopened), or the broker is not registered yet.
+    fn not_ready(&self) -> Option<String> {
+        let b = self.broker.as_ref()?;
+        if let Some(error) = b.store().flush_failure() {
+            return Some(format!(
+                "store refuses writes: commit log flush failed: {error}\n"
+            ));
+        }
+        (!b.is_registered()).then(|| "not registered with a name server yet\n".to_string())
+    }
+
+    /// Why the process should be restarted, if it should: a failed flush is cleared only by
+    /// reopening the store (recovery re-verifies the log), which a restart does.
+    fn not_live(&self) -> Option<String> {
+        let error = self.broker.as_ref()?.store().flush_failure()?;
+        Some(format!(
+            "commit log flush failed, restart to re-verify the store: {error}\n"
+        ))
     }
 
     /// Prometheus exposition, built at scrape time from the broker's counters and the
@@ -124,12 +141,14 @@ impl HealthState {
 
     fn answer(&self, path: &str) -> (StatusCode, String) {
         match path {
-            "/healthz" => (StatusCode::OK, "ok\n".into()),
-            "/readyz" if self.ready() => (StatusCode::OK, "ready\n".into()),
-            "/readyz" => (
-                StatusCode::SERVICE_UNAVAILABLE,
-                "not registered with a name server yet\n".into(),
-            ),
+            "/healthz" => match self.not_live() {
+                None => (StatusCode::OK, "ok\n".into()),
+                Some(why) => (StatusCode::SERVICE_UNAVAILABLE, why),
+            },
+            "/readyz" => match self.not_ready() {
+                None => (StatusCode::OK, "ready\n".into()),
+                Some(why) => (StatusCode::SERVICE_UNAVAILABLE, why),
+            },
             "/metrics" => (StatusCode::OK, self.metrics()),
             _ => (StatusCode::NOT_FOUND, "not found\n".into()),
         }

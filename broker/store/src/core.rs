@@ -28,8 +28,13 @@ pub(crate) struct StoreCore {
     pub(crate) queues: ConsumeQueueTable,
     /// Key index, when enabled.
     pub(crate) index: Option<IndexService>,
-    /// Every record below this offset has its ConsumeQueue and index entries.
+    /// Every record below this offset was dispatched (see `dispatch_floor` for the records
+    /// of a stalled queue).
     pub(crate) dispatched: AtomicU64,
+    /// Lowest offset of a record whose queue entry the dispatcher could not write yet
+    /// (`u64::MAX` when none): the checkpoint never claims past it, so a restart re-dispatches
+    /// it.
+    pub(crate) dispatch_floor: AtomicU64,
     /// SYNC group commit and the ASYNC flusher.
     pub(crate) flush: FlushService,
     /// Set on shutdown; background threads sleep on it.
@@ -60,6 +65,7 @@ impl StoreCore {
             queues,
             index,
             dispatched: AtomicU64::new(0),
+            dispatch_floor: AtomicU64::new(u64::MAX),
             flush: FlushService::default(),
             shutdown: ShutdownSignal::default(),
             listener: RwLock::new(None),
@@ -83,7 +89,10 @@ impl StoreCore {
 
     /// Flushes ConsumeQueues and the index, then records what is durable.
     pub(crate) fn checkpoint(&self) -> crate::Result<()> {
-        let dispatched = self.dispatched.load(Ordering::Acquire);
+        let dispatched = self
+            .dispatched
+            .load(Ordering::Acquire)
+            .min(self.dispatch_floor.load(Ordering::Acquire));
         for cq in self.queues.all() {
             cq.flush()?;
         }

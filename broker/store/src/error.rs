@@ -51,6 +51,10 @@ pub enum StoreError {
     /// The store is shutting down or has shut down.
     #[error("store is shut down")]
     ShutDown,
+    /// A CommitLog flush failed: nothing written since can be trusted to be on disk, so the
+    /// store refuses writes until it is reopened and recovery re-verifies the log.
+    #[error("commit log flush failed ({0}); writes are refused until the store is reopened")]
+    FlushFailed(String),
 }
 
 /// Store result.

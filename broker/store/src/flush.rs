@@ -8,9 +8,15 @@
 //! thread: waiters are kept by the offset they need, and a flush completes exactly those it
 //! covers (RocketMQ's GroupCommitRequest futures), so a flush costs one wake-up per released
 //! waiter, not one per waiter.
+//!
+//! A failed flush is never retried. On Linux a failed msync/fsync may already have dropped the
+//! dirty pages it could not write (and cleared the error), so a retry can "succeed" for data
+//! that never reached the disk. After the first failure the service is *failed*: nothing
+//! counts as durable any more, every waiter is released as not flushed, and the store refuses
+//! appends until it is reopened and recovery re-verifies the log.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -34,6 +40,10 @@ pub(crate) struct FlushService {
     requests: AtomicUsize,
     /// Async waiters by the offset they need durable.
     tickets: Mutex<BTreeMap<u64, Vec<oneshot::Sender<()>>>>,
+    /// The first flush error, once one happened (see the module doc: never cleared).
+    failure: Mutex<Option<String>>,
+    /// `failure.is_some()`, readable without the lock on the append path.
+    failed: AtomicBool,
 }
 
 impl Default for FlushService {
@@ -44,6 +54,8 @@ impl Default for FlushService {
             done: Condvar::new(),
             requests: AtomicUsize::new(0),
             tickets: Mutex::new(BTreeMap::new()),
+            failure: Mutex::new(None),
+            failed: AtomicBool::new(false),
         }
     }
 }
@@ -61,6 +73,17 @@ impl FlushTicket {
 }
 
 impl FlushService {
+    /// The first flush error, if a flush failed: the store must stop acknowledging writes.
+    pub(crate) fn failure(&self) -> Option<String> {
+        if !self.failed.load(Ordering::Acquire) {
+            return None;
+        }
+        self.failure
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
     /// Asks the flusher to make everything below `end` durable (does not wait).
     pub(crate) fn request(&self, end: u64) {
         self.requests.fetch_add(1, Ordering::Relaxed);
@@ -80,6 +103,10 @@ impl FlushService {
             let mut tickets = self.tickets.lock().unwrap_or_else(|e| e.into_inner());
             if log.flushed_offset() >= end {
                 let _ = tx.send(());
+                return FlushTicket(rx);
+            }
+            if self.failed.load(Ordering::Acquire) {
+                // Dropping the sender completes the ticket as not flushed.
                 return FlushTicket(rx);
             }
             tickets.entry(end).or_default().push(tx);
@@ -117,7 +144,7 @@ impl FlushService {
         }
         while log.flushed_offset() < end {
             let now = Instant::now();
-            if now >= deadline || shutdown.is_set() {
+            if now >= deadline || shutdown.is_set() || self.failed.load(Ordering::Acquire) {
                 return log.flushed_offset() >= end;
             }
             req = self
@@ -136,15 +163,31 @@ impl FlushService {
         self.done.notify_all();
     }
 
-    /// Flushes up to the current write position and publishes the result.
+    /// Flushes up to the current write position and publishes the result. After a failure it
+    /// does nothing: see the module doc.
     fn flush_now(&self, log: &CommitLog) {
+        if self.failed.load(Ordering::Acquire) {
+            return;
+        }
         let target = log.max_offset();
         match log.flush(target) {
             Ok(flushed) => self.complete_tickets(flushed),
-            Err(e) => tracing::error!(error = %e, "commit log flush failed"),
+            Err(e) => self.fail(e.to_string()),
         }
         let _req = self.requested.lock().unwrap_or_else(|e| e.into_inner());
         self.done.notify_all();
+    }
+
+    /// Enters the failed state: records the error and releases every waiter as not flushed.
+    fn fail(&self, error: String) {
+        tracing::error!(
+            %error,
+            "commit log flush failed: the store refuses writes until it is reopened"
+        );
+        *self.failure.lock().unwrap_or_else(|e| e.into_inner()) = Some(error);
+        self.failed.store(true, Ordering::Release);
+        let waiting = std::mem::take(&mut *self.tickets.lock().unwrap_or_else(|e| e.into_inner()));
+        drop(waiting);
     }
 
     /// The flusher thread's body: runs until shutdown, then flushes everything once more.

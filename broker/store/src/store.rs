@@ -202,6 +202,9 @@ impl MessageStore {
         };
         validate_topic(&first.topic)?;
         core.disk.check()?;
+        if let Some(error) = core.flush.failure() {
+            return Err(StoreError::FlushFailed(error));
+        }
         let store_ts = now_ms();
         BATCH
             .with(|cell| {
@@ -574,6 +577,18 @@ impl MessageStore {
     /// Runs one retention round now (normally the cleaner does this on its interval).
     pub fn clean_now(&self) -> Result<usize> {
         retention::clean_once(&self.core)
+    }
+
+    /// The error of a failed CommitLog flush, if one failed: the store then refuses writes
+    /// (and the broker reports not ready) until it is reopened.
+    pub fn flush_failure(&self) -> Option<String> {
+        self.core.flush.failure()
+    }
+
+    /// Whether the store takes writes: not shut down, its last flush did not fail and the
+    /// disk is not over its full watermark.
+    pub fn is_writable(&self) -> bool {
+        !self.core.shutdown.is_set() && self.flush_failure().is_none() && !self.is_disk_full()
     }
 
     /// True while appends are refused for lack of disk space.

@@ -512,3 +512,57 @@ fn a_damaged_record_mid_log_keeps_every_record_after_it() {
     assert_eq!(store.max_offset("Mid", 0), 151);
     assert_eq!(store.max_offset("Mid", 1), 150);
 }
+
+/// Issue 9, defect 7: the single dispatcher retried a failing record forever, so one queue
+/// whose ConsumeQueue file could not be created (ENOSPC, EMFILE, here a file where its
+/// directory must go) stopped delivery for every queue. Now only that queue waits; the others
+/// keep delivering, and it catches up, in order, once the cause is gone.
+#[test]
+fn one_queue_that_cannot_be_written_does_not_stop_the_others() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(StoreConfig::small(dir.path()));
+    // The queue directory of "Blocked" cannot be created: a file is in its way.
+    std::fs::create_dir_all(dir.path().join("consumequeue")).unwrap();
+    let obstacle = dir.path().join("consumequeue/Blocked");
+    std::fs::write(&obstacle, b"not a directory").unwrap();
+    for i in 0..5 {
+        store
+            .put_message(&message("Blocked", 0, b"b", &format!("B{i}")))
+            .unwrap();
+        store
+            .put_message(&message("Flowing", 0, b"f", &format!("F{i}")))
+            .unwrap();
+    }
+    assert!(
+        wait_until(Duration::from_secs(10), || store.max_offset("Flowing", 0)
+            == 5),
+        "the other queue stopped with the blocked one (max {})",
+        store.max_offset("Flowing", 0)
+    );
+    let r = store.get_messages("Flowing", 0, 0, 10, 1 << 20, &AcceptAll);
+    assert_eq!(r.queue_offsets, vec![0, 1, 2, 3, 4]);
+    assert_eq!(store.max_offset("Blocked", 0), 0);
+    // The cause goes away: the blocked queue catches up with all of its records, in order.
+    std::fs::remove_file(&obstacle).unwrap();
+    assert!(
+        wait_until(Duration::from_secs(10), || store.max_offset("Blocked", 0)
+            == 5),
+        "the blocked queue never caught up"
+    );
+    let r = store.get_messages("Blocked", 0, 0, 10, 1 << 20, &AcceptAll);
+    let ids: Vec<String> = r
+        .messages
+        .iter()
+        .map(|m| {
+            let v = RecordView::parse(m).unwrap();
+            v.property("UNIQ_KEY").unwrap().to_string()
+        })
+        .collect();
+    assert_eq!(ids, ["B0", "B1", "B2", "B3", "B4"]);
+    store
+        .put_message(&message("Blocked", 0, b"b", "B5"))
+        .unwrap();
+    assert!(wait_until(Duration::from_secs(10), || store
+        .max_offset("Blocked", 0)
+        == 6));
+}

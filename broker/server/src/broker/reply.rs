@@ -35,7 +35,9 @@ pub fn store_error_response(req: &RemotingCommand, e: &StoreError) -> RemotingCo
     let code = match e {
         StoreError::MessageTooLarge { .. } | StoreError::InvalidMessage(_) => resp::MESSAGE_ILLEGAL,
         StoreError::InvalidTopic { .. } => resp::INVALID_PARAMETER,
-        StoreError::DiskFull(_) | StoreError::ShutDown => resp::SERVICE_NOT_AVAILABLE,
+        StoreError::DiskFull(_) | StoreError::ShutDown | StoreError::FlushFailed(_) => {
+            resp::SERVICE_NOT_AVAILABLE
+        }
         StoreError::InvalidConfig(_) => resp::INVALID_PARAMETER,
         _ => resp::SYSTEM_ERROR,
     };
