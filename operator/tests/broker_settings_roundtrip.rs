@@ -160,6 +160,7 @@ fn expected(mqc: &MessageQueueCluster, group: i32, ordinal: i32, pod_ip: &str) -
         http_listen: Some("0.0.0.0:8080".parse().unwrap()),
         broker,
         store,
+        limits: conveyor::remoting::ServeLimits::default(),
     }
 }
 

@@ -21,6 +21,10 @@ use crate::json;
 /// `LengthFieldBasedFrameDecoder` in the Java server (`com.rocketmq.remoting.frameMaxLength`).
 pub const DEFAULT_MAX_FRAME_SIZE: usize = 16 * 1024 * 1024;
 
+/// The most [`FrameCodec::decode`] reserves ahead for an incomplete frame; the buffer then
+/// grows (amortized doubling) only as the frame's bytes really arrive.
+const READ_RESERVE_MAX: usize = 64 << 10;
+
 /// Largest header length expressible in the 24-bit field.
 pub const MAX_HEADER_LEN: usize = 0x00FF_FFFF;
 
@@ -159,7 +163,9 @@ impl FrameCodec {
             return Ok(None);
         };
         if buf.len() < total {
-            buf.reserve(total - buf.len());
+            // Grow with what arrives, not with what the length prefix announces: a peer that
+            // announces a 16 MiB frame and sends nothing more must not cost 16 MiB.
+            buf.reserve((total - buf.len()).min(READ_RESERVE_MAX));
             return Ok(None);
         }
         let frame = buf.split_to(total).freeze();

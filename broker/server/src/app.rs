@@ -13,10 +13,7 @@ use tokio_util::sync::CancellationToken;
 use crate::broker::{Broker, BrokerConfig, BrokerError};
 use crate::health::{self, HealthState};
 use crate::namesrv::NameServer;
-use crate::remoting::serve;
-
-/// Largest frame accepted from clients (RocketMQ's 16 MiB).
-pub const MAX_FRAME: usize = 16 << 20;
+use crate::remoting::{serve, ServeLimits};
 
 /// Which servers this process runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -45,6 +42,8 @@ pub struct AppConfig {
     pub broker: BrokerConfig,
     /// Store settings (root = data dir).
     pub store: StoreConfig,
+    /// What the remoting servers accept from one client and in all (both servers).
+    pub limits: ServeLimits,
 }
 
 /// Why the process could not start.
@@ -119,7 +118,7 @@ pub async fn start(mut cfg: AppConfig) -> Result<Running, StartError> {
         running.namesrv_addr = Some(addr);
         let ns = NameServer::new();
         tasks.spawn(ns.clone().run_expiry(shutdown.clone()));
-        tasks.spawn(serve(listener, ns, shutdown.clone(), MAX_FRAME));
+        tasks.spawn(serve(listener, ns, shutdown.clone(), cfg.limits));
         tracing::info!(%addr, "name server listening");
         if cfg.role == Role::Standalone && cfg.broker.namesrv_addrs.is_empty() {
             cfg.broker.namesrv_addrs = vec![advertise(addr)];
@@ -145,7 +144,7 @@ pub async fn start(mut cfg: AppConfig) -> Result<Running, StartError> {
         tasks.spawn(broker.clone().run_schedule(shutdown.clone()));
         tasks.spawn(broker.clone().run_timer(shutdown.clone()));
         tasks.spawn(broker.clone().run_transaction_checks(shutdown.clone()));
-        tasks.spawn(serve(listener, broker, shutdown.clone(), MAX_FRAME));
+        tasks.spawn(serve(listener, broker, shutdown.clone(), cfg.limits));
         tracing::info!(%addr, advertised = %cfg.broker.advertised_addr, "broker listening");
     }
     if let Some(http) = cfg.http_listen {

@@ -19,6 +19,7 @@ use conveyor_store::StoreConfig;
 
 use crate::app::{AppConfig, Role};
 use crate::broker::BrokerConfig;
+use crate::remoting::ServeLimits;
 
 /// Flush mode as written on the command line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -282,6 +283,7 @@ pub fn app_config(role: Role, settings: Settings) -> Result<AppConfig, SettingsE
         http_listen,
         broker,
         store,
+        limits: ServeLimits::default(),
     })
 }
 

@@ -396,7 +396,7 @@ impl Broker {
                 self.send.handle(conn, req).await
             }
             rc::CONSUMER_SEND_MSG_BACK => self.send_back.handle(req).await,
-            rc::PULL_MESSAGE | rc::LITE_PULL_MESSAGE => self.pull.handle(req).await,
+            rc::PULL_MESSAGE | rc::LITE_PULL_MESSAGE => self.pull.handle(conn, req).await,
             rc::HEART_BEAT => self.client_requests.heartbeat(conn, req).await,
             rc::UNREGISTER_CLIENT => self.client_requests.unregister_client(conn, req),
             rc::GET_CONSUMER_LIST_BY_GROUP => self.client_requests.consumer_list(req),
@@ -408,8 +408,8 @@ impl Broker {
             rc::GET_MIN_OFFSET => self.offset_requests.min_offset(req),
             rc::SEARCH_OFFSET_BY_TIMESTAMP => self.offset_requests.search_offset(req),
             rc::GET_EARLIEST_MSG_STORETIME => self.offset_requests.earliest_msg_store_time(req),
-            rc::VIEW_MESSAGE_BY_ID => self.query.view_message(req),
-            rc::QUERY_MESSAGE => self.query.query_message(req),
+            rc::VIEW_MESSAGE_BY_ID => self.query.view_message(conn, req).await,
+            rc::QUERY_MESSAGE => self.query.query_message(conn, req).await,
             rc::END_TRANSACTION => self.transactions.end_transaction(req).await,
             rc::UPDATE_AND_CREATE_TOPIC => self.admin.create_topic(req).await,
             rc::DELETE_TOPIC_IN_BROKER => self.admin.delete_topic(req).await,

@@ -14,6 +14,8 @@ use conveyor_protocol::route::{perm, EXPRESSION_TYPE_SQL92};
 use conveyor_store::{GetResult, GetStatus, MessageStore};
 use tokio_util::sync::CancellationToken;
 
+use crate::remoting::Connection;
+
 use super::clients::ClientManager;
 use super::filter::TagFilter;
 use super::groups::SubscriptionGroupManager;
@@ -117,7 +119,7 @@ impl PullMessageProcessor {
     }
 
     /// Handles PULL_MESSAGE and LITE_PULL_MESSAGE.
-    pub async fn handle(&self, req: &RemotingCommand) -> Reply {
+    pub async fn handle(&self, conn: &Connection, req: &RemotingCommand) -> Reply {
         let h = PullMessageHeader::parse(req).map_err(bad_header(req))?;
         let (group, topic, queue_id, offset) = (
             h.consumer_group.as_str(),
@@ -224,14 +226,18 @@ impl PullMessageProcessor {
                     .store
                     .get_messages(topic, queue_id, offset, max_count, max_bytes, &filter);
                 let (code, next) = pull_code(&r, offset);
-                return Ok(self.pull_response(req, code, next, &r));
+                return Ok(self.pull_response(conn, req, code, next, &r).await);
             }
-            return Ok(self.pull_response(req, code, next, &r));
+            return Ok(self.pull_response(conn, req, code, next, &r).await);
         }
     }
 
-    fn pull_response(
+    /// The answer to a pull. The records are copied into the body only once the connection's
+    /// response budget has room for them (a consumer that stops reading cannot make the
+    /// broker hold its pulls in memory).
+    async fn pull_response(
         &self,
+        conn: &Connection,
         req: &RemotingCommand,
         code: i32,
         next: i64,
@@ -246,6 +252,9 @@ impl PullMessageProcessor {
         response.remark = Some(format!("{:?}", r.status));
         if code == resp::SUCCESS {
             let total: usize = r.messages.iter().map(|m| m.len()).sum();
+            if !conn.reserve(req.opaque, total).await {
+                return response; // the connection closed: nothing will be sent
+            }
             let mut body = BytesMut::with_capacity(total);
             for m in &r.messages {
                 body.extend_from_slice(m);

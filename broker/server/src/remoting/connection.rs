@@ -1,16 +1,35 @@
 //! A client connection as the server sees it: its identity, peer address and a handle to
 //! send it commands (responses, and server-initiated requests such as
 //! NOTIFY_CONSUMER_IDS_CHANGED or CHECK_TRANSACTION_STATE).
+//!
+//! It also owns the connection's *response budget*: a client that stops reading must not
+//! make the server hold gigabytes of answers for it. Every command queued for writing holds
+//! budget bytes until the writer has written it, and handlers that build large bodies (pulls,
+//! message views, key queries) reserve the bytes before they copy anything, so the memory
+//! held for one connection stays within the budget however many requests it has in flight.
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicI32, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use conveyor_protocol::command::RemotingCommand;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
+use tokio_util::sync::CancellationToken;
 
 /// Process-unique connection id.
 pub type ConnectionId = u64;
+
+/// Bytes a command is charged beyond its body (header, remark, extension fields).
+const HEADER_ALLOWANCE: usize = 1024;
+
+/// A command on its way to the socket, with the budget it holds until written.
+pub(crate) struct Outgoing {
+    /// The command.
+    pub(crate) command: RemotingCommand,
+    /// Budget bytes released when the writer drops this after writing.
+    _held: Option<OwnedSemaphorePermit>,
+}
 
 /// Cheap-to-clone handle to one connection.
 #[derive(Debug, Clone)]
@@ -20,24 +39,42 @@ pub struct Connection {
 
 #[derive(Debug)]
 struct Inner {
+    /// Process-unique id.
     id: ConnectionId,
+    /// The client's address.
     peer: SocketAddr,
-    tx: mpsc::Sender<RemotingCommand>,
+    /// The writer task's queue.
+    tx: mpsc::Sender<Outgoing>,
+    /// Opaque of the next server-initiated request.
     next_opaque: AtomicI32,
+    /// Response bytes this connection may hold (queued, or reserved by handlers).
+    budget: Arc<Semaphore>,
+    /// The budget's size in bytes (the most one command is charged).
+    budget_bytes: usize,
+    /// Budget reserved by handlers for the response to a request, by its opaque.
+    reserved: Mutex<HashMap<i32, OwnedSemaphorePermit>>,
+    /// Cancelled when the connection is closing (writer gone, peer stopped reading).
+    closed: CancellationToken,
 }
 
 impl Connection {
     pub(crate) fn new(
         id: ConnectionId,
         peer: SocketAddr,
-        tx: mpsc::Sender<RemotingCommand>,
+        tx: mpsc::Sender<Outgoing>,
+        budget_bytes: usize,
     ) -> Self {
+        let budget_bytes = budget_bytes.clamp(1, u32::MAX as usize);
         Self {
             inner: Arc::new(Inner {
                 id,
                 peer,
                 tx,
                 next_opaque: AtomicI32::new(1),
+                budget: Arc::new(Semaphore::new(budget_bytes)),
+                budget_bytes,
+                reserved: Mutex::new(HashMap::new()),
+                closed: CancellationToken::new(),
             }),
         }
     }
@@ -54,20 +91,109 @@ impl Connection {
 
     /// True while the connection's writer is alive.
     pub fn is_open(&self) -> bool {
-        !self.inner.tx.is_closed()
+        !self.inner.tx.is_closed() && !self.inner.closed.is_cancelled()
     }
 
-    /// Queues a response for writing.
+    /// Waits until `bytes` of the response budget are free and holds them for the response to
+    /// request `opaque` (released once that response is written, or the connection closes).
+    /// Handlers call this before copying a large body. `false` if the connection closed.
+    pub async fn reserve(&self, opaque: i32, bytes: usize) -> bool {
+        let Some(permit) = self.acquire(bytes).await else {
+            return false;
+        };
+        self.lock_reserved().insert(opaque, permit);
+        true
+    }
+
+    /// Queues a response for writing, charging it to the budget (or using what its handler
+    /// reserved). Waits while the budget is spent; `false` if the connection closed.
     pub async fn respond(&self, response: RemotingCommand) -> bool {
-        self.inner.tx.send(response).await.is_ok()
+        let reserved = self.lock_reserved().remove(&response.opaque);
+        let held = match reserved {
+            Some(permit) => permit,
+            None => match self.acquire(charge(&response)).await {
+                Some(permit) => permit,
+                None => return false,
+            },
+        };
+        let out = Outgoing {
+            command: response,
+            _held: Some(held),
+        };
+        self.inner.tx.send(out).await.is_ok()
+    }
+
+    /// Drops a reservation whose response will not be sent (oneway requests).
+    pub(crate) fn release(&self, opaque: i32) {
+        self.lock_reserved().remove(&opaque);
     }
 
     /// Sends a oneway request initiated by the server (the client does not answer). Never
-    /// waits: if the connection's queue is full, the notification is dropped (the clients
-    /// re-sync on their own timers anyway) rather than stalling the caller.
+    /// waits: if the connection's queue or budget is full, the notification is dropped (the
+    /// clients re-sync on their own timers anyway) rather than stalling the caller.
     pub fn send_oneway(&self, mut request: RemotingCommand) -> bool {
         request.opaque = self.inner.next_opaque.fetch_add(1, Ordering::Relaxed);
         request.mark_oneway();
-        self.inner.tx.try_send(request).is_ok()
+        let bytes = charge(&request).min(self.inner.budget_bytes) as u32;
+        let Ok(held) = self.inner.budget.clone().try_acquire_many_owned(bytes) else {
+            return false;
+        };
+        let out = Outgoing {
+            command: request,
+            _held: Some(held),
+        };
+        self.inner.tx.try_send(out).is_ok()
     }
+
+    /// A handle that closes the connection without keeping it open (the writer task holds
+    /// this, not a [`Connection`], so that the writer still ends when the last handle goes).
+    pub(crate) fn closer(&self) -> Closer {
+        Closer {
+            budget: self.inner.budget.clone(),
+            closed: self.inner.closed.clone(),
+        }
+    }
+
+    /// Resolves once [`Connection::close`] was called.
+    pub(crate) async fn closed(&self) {
+        self.inner.closed.cancelled().await;
+    }
+
+    async fn acquire(&self, bytes: usize) -> Option<OwnedSemaphorePermit> {
+        let bytes = bytes.clamp(1, self.inner.budget_bytes) as u32;
+        self.inner
+            .budget
+            .clone()
+            .acquire_many_owned(bytes)
+            .await
+            .ok()
+    }
+
+    fn lock_reserved(&self) -> std::sync::MutexGuard<'_, HashMap<i32, OwnedSemaphorePermit>> {
+        self.inner
+            .reserved
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// Closes a connection: waiting handlers give up and the read loop stops.
+pub(crate) struct Closer {
+    /// The connection's budget, closed so that waiting reservations fail at once.
+    budget: Arc<Semaphore>,
+    /// The connection's closing signal.
+    closed: CancellationToken,
+}
+
+impl Closer {
+    /// Marks the connection closing.
+    pub(crate) fn close(&self) {
+        self.budget.close();
+        self.closed.cancel();
+    }
+}
+
+/// What a command is charged against the budget.
+fn charge(cmd: &RemotingCommand) -> usize {
+    cmd.body.len() + HEADER_ALLOWANCE
 }

@@ -11,7 +11,7 @@ pub use connection::{Connection, ConnectionId};
 pub use conveyor_remoting::{CodecError, RemotingCodec};
 pub use link::Link;
 pub(crate) use server::not_supported;
-pub use server::{serve, Processor};
+pub use server::{serve, Processor, ServeLimits};
 
 use conveyor_protocol::command::RemotingCommand;
 

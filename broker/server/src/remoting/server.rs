@@ -4,6 +4,13 @@
 //! never hold up the others on the same connection. A per-connection cap on requests in flight
 //! turns overload into SYSTEM_BUSY answers instead of unbounded queues. A panicking handler is
 //! answered with SYSTEM_ERROR; a malformed frame closes only its own connection.
+//!
+//! One client must not be able to hurt the others ([`ServeLimits`]): the response bytes held
+//! for a connection are bounded by its budget (see [`Connection`]), a peer that stops reading
+//! is disconnected after the write timeout, a frame must arrive whole within the idle timeout
+//! and the read buffer grows only with the bytes that really arrived (a peer announcing a
+//! 16 MiB frame and sending nothing costs nothing), the number of connections is capped with
+//! a clear refusal, and shutdown stops waiting for connections after a deadline.
 
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
@@ -20,16 +27,50 @@ use tokio_util::codec::{FramedRead, FramedWrite};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::connection::Connection;
+use super::connection::{Connection, Outgoing};
 use super::error_response;
 use super::RemotingCodec;
 
-/// Requests in flight per connection before new ones are answered SYSTEM_BUSY.
-const MAX_IN_FLIGHT_PER_CONNECTION: usize = 4096;
-/// Commands queued for writing per connection.
+/// Commands queued for writing per connection (their bytes are bounded by the budget).
 const WRITE_QUEUE: usize = 1024;
-/// Connections idle (nothing read) this long are closed, as RocketMQ's servers do.
-const IDLE_TIMEOUT: Duration = Duration::from_secs(120);
+/// Refusals of connections over the limit answered at once; beyond, they are just closed.
+const MAX_REFUSALS_IN_FLIGHT: usize = 64;
+/// How long a refused connection gets to send its first request (to read the refusal).
+const REFUSAL_WAIT: Duration = Duration::from_secs(5);
+
+/// What one server accepts from its clients.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ServeLimits {
+    /// Largest frame accepted and sent (RocketMQ's 16 MiB).
+    pub max_frame_size: usize,
+    /// Connections served at once; more are answered SYSTEM_BUSY and closed.
+    pub max_connections: usize,
+    /// Requests in flight per connection before new ones are answered SYSTEM_BUSY.
+    pub max_in_flight: usize,
+    /// Response bytes held per connection (queued for writing or reserved by handlers).
+    pub response_budget_bytes: usize,
+    /// A peer whose socket accepts no bytes for this long is disconnected.
+    pub write_timeout: Duration,
+    /// A connection on which no whole frame arrives for this long is closed (as RocketMQ's
+    /// servers close idle channels); a frame must therefore arrive whole within it.
+    pub idle_timeout: Duration,
+    /// On shutdown, how long to wait for connections to finish their requests.
+    pub drain_timeout: Duration,
+}
+
+impl Default for ServeLimits {
+    fn default() -> Self {
+        Self {
+            max_frame_size: 16 << 20,
+            max_connections: 10_000,
+            max_in_flight: 4096,
+            response_budget_bytes: 64 << 20,
+            write_timeout: Duration::from_secs(60),
+            idle_timeout: Duration::from_secs(120),
+            drain_timeout: Duration::from_secs(30),
+        }
+    }
+}
 
 /// Handles requests of one kind of server (name server or broker).
 pub trait Processor: Send + Sync + 'static {
@@ -52,23 +93,37 @@ pub trait Processor: Send + Sync + 'static {
 
 static NEXT_CONNECTION_ID: AtomicU64 = AtomicU64::new(1);
 
-/// Serves `listener` until `shutdown` is cancelled, then waits for requests in flight to finish.
+/// Serves `listener` until `shutdown` is cancelled, then waits (at most the drain timeout) for
+/// requests in flight to finish.
 pub async fn serve<P: Processor>(
     listener: TcpListener,
     processor: Arc<P>,
     shutdown: CancellationToken,
-    max_frame_size: usize,
+    limits: ServeLimits,
 ) {
     let tracker = TaskTracker::new();
+    let connections = Arc::new(Semaphore::new(limits.max_connections));
+    let refusals = Arc::new(Semaphore::new(MAX_REFUSALS_IN_FLIGHT));
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => {
+                Ok((stream, peer)) => {
+                    let Ok(slot) = connections.clone().try_acquire_owned() else {
+                        tracing::warn!(%peer, max = limits.max_connections, "connection refused: too many connections");
+                        if let Ok(refusal) = refusals.clone().try_acquire_owned() {
+                            tracker.spawn(async move {
+                                refuse(stream, limits).await;
+                                drop(refusal);
+                            });
+                        }
+                        continue;
+                    };
                     let processor = processor.clone();
                     let shutdown = shutdown.clone();
                     let inner = tracker.clone();
                     tracker.spawn(async move {
-                        handle_connection(stream, processor, shutdown, inner, max_frame_size).await;
+                        handle_connection(stream, processor, shutdown, inner, limits).await;
+                        drop(slot);
                     });
                 }
                 Err(e) => {
@@ -82,7 +137,37 @@ pub async fn serve<P: Processor>(
     }
     drop(listener);
     tracker.close();
-    tracker.wait().await;
+    if tokio::time::timeout(limits.drain_timeout, tracker.wait())
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            remaining = tracker.len(),
+            "connections still busy after the drain timeout; stopping without them"
+        );
+    }
+}
+
+/// Answers the first request of a connection over the limit with SYSTEM_BUSY and a remark
+/// saying why, then closes it.
+async fn refuse(stream: TcpStream, limits: ServeLimits) {
+    let codec = RemotingCodec(conveyor_protocol::frame::FrameCodec::new(
+        limits.max_frame_size,
+    ));
+    let (read_half, write_half) = stream.into_split();
+    let mut reader = FramedRead::new(read_half, codec);
+    let mut writer = FramedWrite::new(write_half, codec);
+    if let Ok(Some(Ok(request))) = tokio::time::timeout(REFUSAL_WAIT, reader.next()).await {
+        let busy = error_response(
+            &request,
+            response_code::SYSTEM_BUSY,
+            format!(
+                "[OVERLOAD] too many connections: this server accepts at most {}, try again later",
+                limits.max_connections
+            ),
+        );
+        let _ = tokio::time::timeout(REFUSAL_WAIT, writer.send(busy)).await;
+    }
 }
 
 async fn handle_connection<P: Processor>(
@@ -90,42 +175,55 @@ async fn handle_connection<P: Processor>(
     processor: Arc<P>,
     shutdown: CancellationToken,
     tracker: TaskTracker,
-    max_frame_size: usize,
+    limits: ServeLimits,
 ) {
     let Ok(peer) = stream.peer_addr() else {
         return;
     };
     let _ = stream.set_nodelay(true);
     let (read_half, write_half) = stream.into_split();
-    let codec = RemotingCodec(conveyor_protocol::frame::FrameCodec::new(max_frame_size));
+    let codec = RemotingCodec(conveyor_protocol::frame::FrameCodec::new(
+        limits.max_frame_size,
+    ));
     let mut reader = FramedRead::new(read_half, codec);
     let mut writer = FramedWrite::new(write_half, codec);
-    let (tx, mut rx) = mpsc::channel::<RemotingCommand>(WRITE_QUEUE);
-    let conn = Connection::new(NEXT_CONNECTION_ID.fetch_add(1, Ordering::Relaxed), peer, tx);
+    let (tx, mut rx) = mpsc::channel::<Outgoing>(WRITE_QUEUE);
+    let conn = Connection::new(
+        NEXT_CONNECTION_ID.fetch_add(1, Ordering::Relaxed),
+        peer,
+        tx,
+        limits.response_budget_bytes,
+    );
     tracing::debug!(%peer, id = conn.id(), "connection opened");
 
+    let closer = conn.closer();
     let writer_task = tokio::spawn(async move {
-        while let Some(cmd) = rx.recv().await {
-            if feed(&mut writer, cmd).await.is_err() {
-                return;
-            }
-            // Coalesce whatever else is ready into the same write.
-            while let Ok(cmd) = rx.try_recv() {
-                if feed(&mut writer, cmd).await.is_err() {
-                    return;
+        let timeout = limits.write_timeout;
+        let written = async {
+            while let Some(out) = rx.recv().await {
+                feed(&mut writer, out, timeout).await?;
+                // Coalesce whatever else is ready into the same write.
+                while let Ok(out) = rx.try_recv() {
+                    feed(&mut writer, out, timeout).await?;
                 }
+                within(timeout, writer.flush()).await?;
             }
-            if writer.flush().await.is_err() {
-                return;
-            }
+            Ok::<(), WriteFailed>(())
         }
+        .await;
+        if let Err(WriteFailed::TimedOut) = written {
+            tracing::warn!(%peer, ?timeout, "peer stopped reading; closing the connection");
+        }
+        // Release everything held for this connection and stop its read loop.
+        closer.close();
     });
 
-    let in_flight = Arc::new(Semaphore::new(MAX_IN_FLIGHT_PER_CONNECTION));
+    let in_flight = Arc::new(Semaphore::new(limits.max_in_flight));
     loop {
         let frame = tokio::select! {
-            frame = tokio::time::timeout(IDLE_TIMEOUT, reader.next()) => frame,
+            frame = tokio::time::timeout(limits.idle_timeout, reader.next()) => frame,
             _ = shutdown.cancelled() => break,
+            _ = conn.closed() => break,
         };
         let request = match frame {
             Ok(Some(Ok(cmd))) => cmd,
@@ -176,21 +274,46 @@ async fn handle_connection<P: Processor>(
     processor.on_disconnect(&conn);
     tracing::debug!(%peer, id = conn.id(), "connection closed");
     drop(conn);
-    // The writer ends once every handler holding the connection has answered.
+    // The writer ends once every handler holding the connection has answered (or the write
+    // timeout closed it).
     let _ = writer_task.await;
 }
 
-/// Queues `cmd` for writing. A command that cannot be encoded (a response over the frame
-/// limit) is answered with SYSTEM_ERROR in its place, so the connection keeps serving; only a
-/// socket error ends the writer.
+/// Why the writer stopped.
+enum WriteFailed {
+    /// The socket failed (peer gone).
+    Io,
+    /// The socket accepted nothing for the write timeout.
+    TimedOut,
+}
+
+/// Runs one write step, bounded by the write timeout.
+async fn within<T, E>(
+    timeout: Duration,
+    step: impl Future<Output = Result<T, E>>,
+) -> Result<T, WriteFailed> {
+    match tokio::time::timeout(timeout, step).await {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(_)) => Err(WriteFailed::Io),
+        Err(_) => Err(WriteFailed::TimedOut),
+    }
+}
+
+/// Queues a command for writing (bounded by the write timeout). A command that cannot be
+/// encoded (a response over the frame limit) is answered with SYSTEM_ERROR in its place, so the
+/// connection keeps serving; only a socket error or the timeout ends the writer. The command's
+/// budget is released once it is in the write buffer.
 async fn feed(
     writer: &mut FramedWrite<tokio::net::tcp::OwnedWriteHalf, RemotingCodec>,
-    cmd: RemotingCommand,
-) -> Result<(), ()> {
+    out: Outgoing,
+    timeout: Duration,
+) -> Result<(), WriteFailed> {
+    let cmd = out.command;
     let (opaque, code, is_response) = (cmd.opaque, cmd.code, cmd.is_response());
-    match writer.feed(cmd).await {
-        Ok(()) => Ok(()),
-        Err(super::CodecError::Frame(e)) => {
+    match tokio::time::timeout(timeout, writer.feed(cmd)).await {
+        Err(_) => Err(WriteFailed::TimedOut),
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(super::CodecError::Frame(e))) => {
             tracing::warn!(opaque, code, error = %e, "a response could not be encoded; answering SYSTEM_ERROR");
             if !is_response {
                 return Ok(());
@@ -201,9 +324,9 @@ async fn feed(
                 response_code::SYSTEM_ERROR,
                 format!("the response could not be sent: {e}"),
             );
-            writer.feed(answer).await.map_err(|_| ())
+            within(timeout, writer.feed(answer)).await
         }
-        Err(super::CodecError::Io(_)) => Err(()),
+        Ok(Err(super::CodecError::Io(_))) => Err(WriteFailed::Io),
     }
 }
 
@@ -227,8 +350,11 @@ async fn respond<P: Processor>(processor: Arc<P>, conn: Connection, request: Rem
             ))
         }
     };
-    if let (Some(response), false) = (response, oneway) {
-        conn.respond(response).await;
+    match (response, oneway) {
+        (Some(response), false) => {
+            conn.respond(response).await;
+        }
+        _ => conn.release(skeleton.opaque),
     }
 }
 
@@ -272,11 +398,15 @@ mod tests {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap().to_string();
         let shutdown = CancellationToken::new();
+        let limits = ServeLimits {
+            max_frame_size: 1 << 20,
+            ..ServeLimits::default()
+        };
         let server = tokio::spawn(serve(
             listener,
             Arc::new(Oversized),
             shutdown.clone(),
-            1 << 20,
+            limits,
         ));
         let client = RemotingClient::new(RemotingConfig::default());
         let big = client

@@ -14,6 +14,7 @@ use std::time::Duration;
 use bytes::BytesMut;
 use conveyor::app::{self, AppConfig, Role, Running};
 use conveyor::broker::{Broker, BrokerConfig};
+use conveyor::remoting::ServeLimits;
 use conveyor_client::admin::TopicSpec;
 use conveyor_client::{
     Admin, MessageQueue, Producer, ProducerConfig, PullConsumer, PullConsumerConfig,
@@ -49,6 +50,7 @@ pub fn config(dir: &Path) -> AppConfig {
             ..BrokerConfig::default()
         },
         store: StoreConfig::small(dir),
+        limits: ServeLimits::default(),
     }
 }
 
