@@ -205,6 +205,14 @@ async fn refused_requests_get_their_codes() {
     let r = conn.request(send_request("RawTopic", 0, big)).await;
     assert_eq!(r.code, response_code::MESSAGE_ILLEGAL, "{:?}", r.remark);
     assert!(!remark(&r).is_empty());
+    // Properties over RocketMQ's 32,767-byte limit: refused before they are decoded.
+    let mut h = send_header("RawTopic", 0);
+    h.properties = format!("KEYS\u{1}{}\u{2}", "k".repeat(40_000));
+    let req =
+        RemotingCommand::request(request_code::SEND_MESSAGE_V2, h.to_ext_fields()).with_body("x");
+    let r = conn.request(req).await;
+    assert_eq!(r.code, response_code::MESSAGE_ILLEGAL, "{:?}", r.remark);
+    assert!(remark(&r).contains("properties"), "{:?}", r.remark);
     // The same through the client: not retried, code 13.
     let producer = server.producer("PG_big");
     let err = producer

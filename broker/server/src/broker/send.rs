@@ -13,7 +13,9 @@ use bytes::Bytes;
 use conveyor_protocol::batch::decode_batch;
 use conveyor_protocol::code::{response_code as resp, version};
 use conveyor_protocol::command::RemotingCommand;
-use conveyor_protocol::message::{keys, offset_msg_id, Properties, StoredMessage};
+use conveyor_protocol::message::{
+    keys, offset_msg_id, Properties, StoredMessage, MAX_PROPERTIES_LEN,
+};
 use conveyor_protocol::route::{perm, TopicConfig};
 use conveyor_protocol::time::now_ms;
 use conveyor_protocol::uniq_id::UniqIdGenerator;
@@ -204,6 +206,18 @@ impl SendMessageProcessor {
                 req,
                 resp::NO_PERMISSION,
                 format!("sending message to topic[{}] is forbidden", h.topic),
+            ));
+        }
+        // Checked before decoding: a client must not make the broker build a property map
+        // for a string it will refuse anyway (RocketMQ's 32,767-byte limit).
+        if h.properties.len() > MAX_PROPERTIES_LEN {
+            return Err(error_response(
+                req,
+                resp::MESSAGE_ILLEGAL,
+                format!(
+                    "message properties are {} bytes, more than the limit of {MAX_PROPERTIES_LEN}",
+                    h.properties.len()
+                ),
             ));
         }
         let mut props = Properties::decode(h.properties.as_bytes())
