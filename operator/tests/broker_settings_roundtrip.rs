@@ -119,6 +119,14 @@ fn expected(mqc: &MessageQueueCluster, group: i32, ordinal: i32, pod_ip: &str) -
             .map_or(d.auto_create_subscription_group, |v| v == "true"),
         default_topic_queue_nums: num("broker.default-topic-queue-nums")
             .map_or(d.default_topic_queue_nums, |v| v as i32),
+        auto_create: conveyor::broker::AutoCreateLimits {
+            max_topics: num("broker.auto-create-max-topics")
+                .map_or(d.auto_create.max_topics, |v| v as usize),
+            max_groups: num("broker.auto-create-max-groups")
+                .map_or(d.auto_create.max_groups, |v| v as usize),
+            burst: num("broker.auto-create-burst").map_or(d.auto_create.burst, |v| v as u32),
+            per_second: ratio("broker.auto-create-per-second").unwrap_or(d.auto_create.per_second),
+        },
         register_interval_ms: num("broker.register-interval-ms").unwrap_or(d.register_interval_ms),
         offset_persist_interval_ms: num("broker.offset-persist-interval-ms")
             .unwrap_or(d.offset_persist_interval_ms),

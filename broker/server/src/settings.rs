@@ -18,7 +18,7 @@ use conveyor_settings::{
 use conveyor_store::StoreConfig;
 
 use crate::app::{AppConfig, Role};
-use crate::broker::BrokerConfig;
+use crate::broker::{AutoCreateLimits, BrokerConfig};
 use crate::remoting::ServeLimits;
 
 /// Flush mode as written on the command line.
@@ -226,6 +226,12 @@ pub fn app_config(role: Role, settings: Settings) -> Result<AppConfig, SettingsE
         default_topic_queue_nums: b
             .default_topic_queue_nums
             .unwrap_or(d.default_topic_queue_nums),
+        auto_create: AutoCreateLimits {
+            max_topics: b.auto_create_max_topics.unwrap_or(d.auto_create.max_topics),
+            max_groups: b.auto_create_max_groups.unwrap_or(d.auto_create.max_groups),
+            burst: b.auto_create_burst.unwrap_or(d.auto_create.burst),
+            per_second: b.auto_create_per_second.unwrap_or(d.auto_create.per_second),
+        },
         register_interval_ms: b.register_interval_ms.unwrap_or(d.register_interval_ms),
         offset_persist_interval_ms: b
             .offset_persist_interval_ms

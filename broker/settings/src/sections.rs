@@ -91,6 +91,20 @@ section! {
         /// `default-topic-queue-nums`: queues of TBW102, so the most an auto-created topic gets
         /// (`defaultTopicQueueNums`). Default `8`.
         pub default_topic_queue_nums: i32,
+        /// `auto-create-max-topics`: topics the broker may hold before auto-creating another
+        /// is refused (TOPIC_NOT_EXIST with a remark; explicit creation still works). Conveyor
+        /// only. Default `4096`.
+        pub auto_create_max_topics: usize,
+        /// `auto-create-max-groups`: subscription groups the broker may hold before
+        /// auto-creating another is refused (SUBSCRIPTION_GROUP_NOT_EXIST). Conveyor only.
+        /// Default `16384`.
+        pub auto_create_max_groups: usize,
+        /// `auto-create-burst`: topic and group auto-creations allowed in a burst; beyond,
+        /// SYSTEM_BUSY. Conveyor only. Default `200`.
+        pub auto_create_burst: u32,
+        /// `auto-create-per-second`: auto-creations per second refilled after a burst.
+        /// Conveyor only. Default `50`.
+        pub auto_create_per_second: f64,
         /// `register-interval-ms`: period of registration with the name servers
         /// (`registerNameServerPeriod`, clamped to 10–60 s). Default `30000`.
         pub register_interval_ms: u64,

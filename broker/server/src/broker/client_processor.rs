@@ -71,28 +71,12 @@ impl ClientManageProcessor {
         };
         let mut topics_changed = false;
         for consumer in &data.consumer_data_set {
-            let Some(group) = self
-                .groups
-                .find_or_create(&consumer.group_name)
-                .map_err(|e| error_response(req, resp::SYSTEM_ERROR, e.to_string()))?
-            else {
-                return Err(error_response(
-                    req,
-                    resp::SUBSCRIPTION_GROUP_NOT_EXIST,
-                    format!(
-                        "subscription group [{}] does not exist",
-                        consumer.group_name
-                    ),
-                ));
-            };
+            let group = self.groups.require(req, &consumer.group_name)?;
             if consumer.message_model == MessageModel::Clustering && group.retry_queue_nums > 0 {
-                let (_, created) = self
-                    .topics
-                    .ensure(
-                        &topics::retry_topic(&consumer.group_name),
-                        group.retry_queue_nums,
-                    )
-                    .map_err(|e| error_response(req, resp::SYSTEM_ERROR, e.to_string()))?;
+                let (_, created) = self.topics.ensure(
+                    &topics::retry_topic(&consumer.group_name),
+                    group.retry_queue_nums,
+                );
                 topics_changed |= created;
             }
             self.clients.register_consumer(

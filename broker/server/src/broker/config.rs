@@ -4,6 +4,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::auto_create::AutoCreateLimits;
+
 /// Broker settings (RocketMQ's BrokerConfig, the parts Conveyor uses).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default, rename_all = "kebab-case")]
@@ -22,6 +24,8 @@ pub struct BrokerConfig {
     pub auto_create_topic: bool,
     /// Create unknown consumer groups on first use.
     pub auto_create_subscription_group: bool,
+    /// How far auto-creation of topics and groups may go.
+    pub auto_create: AutoCreateLimits,
     /// Queues of TBW102 (and so the most an auto-created topic gets).
     pub default_topic_queue_nums: i32,
     /// Registration period (RocketMQ: 30 s, clamped to 10–60 s).
@@ -54,6 +58,7 @@ impl Default for BrokerConfig {
             namesrv_addrs: vec!["127.0.0.1:9876".into()],
             auto_create_topic: true,
             auto_create_subscription_group: true,
+            auto_create: AutoCreateLimits::default(),
             default_topic_queue_nums: 8,
             register_interval_ms: 30_000,
             offset_persist_interval_ms: 5_000,

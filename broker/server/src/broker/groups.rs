@@ -4,13 +4,15 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::RwLock;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, RwLock};
 
 use conveyor_protocol::code::response_code as resp;
 use conveyor_protocol::command::RemotingCommand;
 use conveyor_protocol::route::DataVersion;
 use serde::{Deserialize, Serialize};
 
+use super::auto_create::{AutoCreateGuard, Kind, Refusal};
 use super::config_file::{ConfigFile, ConfigFileError};
 use super::reply::error_response;
 
@@ -80,56 +82,90 @@ pub struct SubscriptionGroupManager {
     state: RwLock<Persisted>,
     /// `autoCreateSubscriptionGroup`: unknown groups are created on first use.
     auto_create: bool,
+    /// Admits auto-creations (shared with the topic table).
+    guard: Arc<AutoCreateGuard>,
+    /// Changed by an auto-creation since last persisted (saved in the background by
+    /// [`SubscriptionGroupManager::persist_if_dirty`], off the request path).
+    dirty: AtomicBool,
 }
 
 impl SubscriptionGroupManager {
     /// Loads `config/subscriptionGroup.json`.
-    pub fn load(config_dir: &Path, auto_create: bool) -> Result<Self, ConfigFileError> {
+    pub fn load(
+        config_dir: &Path,
+        auto_create: bool,
+        guard: Arc<AutoCreateGuard>,
+    ) -> Result<Self, ConfigFileError> {
         let file = ConfigFile::new(config_dir, "subscriptionGroup.json");
         let state = file.load()?.unwrap_or_default();
         Ok(Self {
             file,
             state: RwLock::new(state),
             auto_create,
+            guard,
+            dirty: AtomicBool::new(false),
         })
     }
 
-    /// The group's config; created with defaults when auto-creation is on.
-    pub fn find_or_create(
-        &self,
-        group: &str,
-    ) -> Result<Option<SubscriptionGroupConfig>, ConfigFileError> {
+    /// Persists the table if an auto-creation changed it since the last save.
+    pub fn persist_if_dirty(&self) -> Result<(), ConfigFileError> {
+        if !self.dirty.swap(false, Ordering::AcqRel) {
+            return Ok(());
+        }
+        let s = self.state.read().unwrap_or_else(|e| e.into_inner());
+        self.file
+            .store(&*s)
+            .inspect_err(|_| self.dirty.store(true, Ordering::Release))
+    }
+
+    /// The group's config; created with defaults when auto-creation is on and the guard admits
+    /// it (`Ok(None)` when auto-creation is off). The new group is saved in the background.
+    pub fn find_or_create(&self, group: &str) -> Result<Option<SubscriptionGroupConfig>, Refusal> {
         if let Some(c) = self.get(group) {
             return Ok(Some(c));
         }
         if !self.auto_create {
             return Ok(None);
         }
+        let mut s = self.state.write().unwrap_or_else(|e| e.into_inner());
+        if let Some(c) = s.table.get(group) {
+            return Ok(Some(c.clone()));
+        }
+        self.guard.admit(Kind::Group, s.table.len())?;
         let config = SubscriptionGroupConfig {
             group_name: group.to_string(),
             ..Default::default()
         };
-        self.upsert(config.clone())?;
+        s.table.insert(config.group_name.clone(), config.clone());
+        s.data_version.counter += 1;
+        self.dirty.store(true, Ordering::Release);
         Ok(Some(config))
     }
 
     /// The group's config (created on first use when allowed), or the error response a
-    /// request naming it gets: SUBSCRIPTION_GROUP_NOT_EXIST, or SYSTEM_ERROR when creating it
-    /// could not be persisted.
+    /// request naming it gets: SUBSCRIPTION_GROUP_NOT_EXIST (with the limit's remark when
+    /// auto-creation refused it), or SYSTEM_BUSY when the creation rate is exceeded.
     pub fn require(
         &self,
         req: &RemotingCommand,
         group: &str,
     ) -> Result<SubscriptionGroupConfig, RemotingCommand> {
-        self.find_or_create(group)
-            .map_err(|e| error_response(req, resp::SYSTEM_ERROR, e.to_string()))?
-            .ok_or_else(|| {
-                error_response(
-                    req,
-                    resp::SUBSCRIPTION_GROUP_NOT_EXIST,
-                    format!("subscription group [{group}] does not exist"),
-                )
-            })
+        match self.find_or_create(group) {
+            Ok(Some(c)) => Ok(c),
+            Ok(None) => Err(error_response(
+                req,
+                resp::SUBSCRIPTION_GROUP_NOT_EXIST,
+                format!("subscription group [{group}] does not exist"),
+            )),
+            Err(r @ Refusal::TableFull { .. }) => Err(error_response(
+                req,
+                resp::SUBSCRIPTION_GROUP_NOT_EXIST,
+                r.remark(group),
+            )),
+            Err(r @ Refusal::Rate { .. }) => {
+                Err(error_response(req, resp::SYSTEM_BUSY, r.remark(group)))
+            }
+        }
     }
 
     /// The group's config, if it exists.

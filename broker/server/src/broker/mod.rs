@@ -25,6 +25,7 @@
 //! [`locks`] (live), [`stats`], [`config`], [`config_file`], [`durability`], [`reply`].
 
 pub mod admin;
+pub mod auto_create;
 pub mod client_processor;
 pub mod clients;
 pub mod config;
@@ -80,6 +81,7 @@ use timer::TimerMessageService;
 use topics::TopicConfigManager;
 use transaction::TransactionalMessageService;
 
+pub use auto_create::AutoCreateLimits;
 pub use config::BrokerConfig;
 
 /// A running broker: the services, wired together.
@@ -94,6 +96,10 @@ pub struct Broker {
     clients: Arc<ClientManager>,
     /// Registration with the name servers.
     registrar: Arc<NameServerRegistrar>,
+    /// The topic table (its auto-created entries are saved by the background loop).
+    topics: Arc<TopicConfigManager>,
+    /// The subscription group table (likewise).
+    groups: Arc<SubscriptionGroupManager>,
     /// SEND_MESSAGE / V2 / BATCH.
     send: SendMessageProcessor,
     /// CONSUMER_SEND_MSG_BACK.
@@ -172,6 +178,7 @@ impl Broker {
             delay_levels: delay_levels.len(),
             timer_max_delay_ms: config.timer_max_delay_ms as i64,
         };
+        let guard = Arc::new(auto_create::AutoCreateGuard::new(config.auto_create));
         let topics = Arc::new(TopicConfigManager::load(
             &config_dir,
             &config.cluster_name,
@@ -179,10 +186,12 @@ impl Broker {
             config.auto_create_topic,
             config.default_topic_queue_nums,
             delay_levels.len() as i32,
+            guard.clone(),
         )?);
         let groups = Arc::new(SubscriptionGroupManager::load(
             &config_dir,
             config.auto_create_subscription_group,
+            guard,
         )?);
         let offsets = Arc::new(ConsumerOffsetManager::load(&config_dir)?);
         // Like the delay/timer/transaction progress below: nothing saved may point past the
@@ -275,8 +284,8 @@ impl Broker {
             store_host,
             AdminDeps {
                 store: store.clone(),
-                topics,
-                groups,
+                topics: topics.clone(),
+                groups: groups.clone(),
                 offsets: offsets.clone(),
                 clients: clients.clone(),
                 registrar: registrar.clone(),
@@ -289,6 +298,8 @@ impl Broker {
             offsets,
             clients,
             registrar,
+            topics,
+            groups,
             send,
             send_back,
             pull,
@@ -348,10 +359,13 @@ impl Broker {
         let mut register_tick = tokio::time::interval(self.register_interval);
         let mut persist_tick = tokio::time::interval(self.offset_persist_interval);
         let mut expiry_tick = tokio::time::interval(Duration::from_secs(10));
+        // Auto-created topics and groups are saved here, off the request path.
+        let mut tables_tick = tokio::time::interval(Duration::from_millis(200));
         loop {
             tokio::select! {
                 _ = register_tick.tick() => self.registrar.register_all().await,
                 _ = persist_tick.tick() => self.persist_offsets(),
+                _ = tables_tick.tick() => self.persist_tables_soon(),
                 _ = expiry_tick.tick() => self.clients.expire(Instant::now(), clients::CLIENT_EXPIRY),
                 _ = shutdown.cancelled() => break,
             }
@@ -375,12 +389,30 @@ impl Broker {
         self.transactions.clone().run_checks(shutdown).await
     }
 
-    /// Persists offsets, then flushes and closes the store (after the servers stopped).
+    /// Persists offsets and tables, then flushes and closes the store (after the servers
+    /// stopped).
     pub fn close(&self) {
         self.persist_offsets();
+        self.persist_tables();
         if let Err(e) = self.store.shutdown() {
             tracing::error!(error = %e, "store shutdown failed");
         }
+    }
+
+    /// Saves the topic and group tables if auto-creation changed them.
+    fn persist_tables(&self) {
+        if let Err(e) = self.topics.persist_if_dirty() {
+            tracing::error!(error = %e, "persisting the topic table failed");
+        }
+        if let Err(e) = self.groups.persist_if_dirty() {
+            tracing::error!(error = %e, "persisting the subscription group table failed");
+        }
+    }
+
+    /// [`Broker::persist_tables`] on the blocking pool (file writes and fsyncs).
+    fn persist_tables_soon(self: &Arc<Self>) {
+        let me = self.clone();
+        tokio::task::spawn_blocking(move || me.persist_tables());
     }
 
     fn persist_offsets(&self) {

@@ -38,6 +38,9 @@ pub struct NameServerRegistrar {
     topics: Arc<TopicConfigManager>,
     /// True once a registration with some name server succeeded (readiness).
     registered: AtomicBool,
+    /// A background registration is queued and has not started yet: topic changes meanwhile
+    /// ride on it instead of starting one registration each.
+    pending: AtomicBool,
 }
 
 impl NameServerRegistrar {
@@ -56,6 +59,7 @@ impl NameServerRegistrar {
             namesrvs: config.namesrv_addrs.iter().map(Link::new).collect(),
             topics,
             registered: AtomicBool::new(false),
+            pending: AtomicBool::new(false),
         }
     }
 
@@ -122,10 +126,20 @@ impl NameServerRegistrar {
         }
     }
 
-    /// Registers in the background (after a topic change), without delaying the caller.
+    /// Registers in the background (after a topic change), without delaying the caller. A
+    /// burst of changes (many auto-created topics) costs one registration, not one each: a
+    /// registration already queued carries every change made before it starts.
     pub fn register_soon(self: &Arc<Self>) {
+        if self.pending.swap(true, Ordering::AcqRel) {
+            return;
+        }
         let me = self.clone();
-        tokio::spawn(async move { me.register_all().await });
+        tokio::spawn(async move {
+            // Let the rest of a burst join this registration.
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            me.pending.store(false, Ordering::Release);
+            me.register_all().await
+        });
     }
 
     /// Unregisters from every name server and closes the links (clean shutdown).

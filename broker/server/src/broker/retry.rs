@@ -131,10 +131,7 @@ impl SendMsgBackProcessor {
                 .insert(keys::DELAY_TIME_LEVEL, level.to_string());
             (topics::retry_topic(group), group_cfg.retry_queue_nums)
         };
-        let (config, created) = self
-            .topics
-            .ensure(&topic, queues)
-            .map_err(|e| error_response(req, resp::SYSTEM_ERROR, e.to_string()))?;
+        let (config, created) = self.topics.ensure(&topic, queues);
         if created {
             self.registrar.register_soon();
         }

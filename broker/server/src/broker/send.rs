@@ -23,6 +23,7 @@ use conveyor_store::{MessageStore, Placement};
 use rand::Rng;
 use tokio::sync::Semaphore;
 
+use super::auto_create::Refusal;
 use super::config::BrokerConfig;
 use super::durability::durable;
 use super::groups::SubscriptionGroupManager;
@@ -114,14 +115,21 @@ impl SendMessageProcessor {
         if let Some(t) = self.topics.get(&h.topic) {
             return Ok(t);
         }
-        let created = if let Some(group) = h.topic.strip_prefix(RETRY_GROUP_TOPIC_PREFIX) {
-            let queues = self
-                .groups
-                .get(group)
-                .map_or(1, |g| g.retry_queue_nums.max(1));
-            Some(self.topics.ensure(&h.topic, queues).map(|(t, _)| t))
-        } else if h.topic.starts_with(DLQ_GROUP_TOPIC_PREFIX) {
-            Some(self.topics.ensure(&h.topic, 1).map(|(t, _)| t))
+        // A client may name a retry or dead-letter topic only of a group that exists (a
+        // consumer's fallback when its send-back fails); every auto-creation is limited.
+        let group_of = h
+            .topic
+            .strip_prefix(RETRY_GROUP_TOPIC_PREFIX)
+            .or_else(|| h.topic.strip_prefix(DLQ_GROUP_TOPIC_PREFIX));
+        let created = if let Some(group) = group_of {
+            self.groups.get(group).map(|g| {
+                let queues = if h.topic.starts_with(RETRY_GROUP_TOPIC_PREFIX) {
+                    g.retry_queue_nums.max(1)
+                } else {
+                    1
+                };
+                self.topics.ensure_guarded(&h.topic, queues).map(|(t, _)| t)
+            })
         } else if self.auto_create_topic {
             self.topics
                 .create_from_template(&h.topic, &h.default_topic, h.default_topic_queue_nums)
@@ -134,7 +142,14 @@ impl SendMessageProcessor {
                 self.registrar.register_soon();
                 Ok(t)
             }
-            Some(Err(e)) => Err(error_response(req, resp::SYSTEM_ERROR, e.to_string())),
+            Some(Err(r @ Refusal::TableFull { .. })) => Err(error_response(
+                req,
+                resp::TOPIC_NOT_EXIST,
+                r.remark(&h.topic),
+            )),
+            Some(Err(r @ Refusal::Rate { .. })) => {
+                Err(error_response(req, resp::SYSTEM_BUSY, r.remark(&h.topic)))
+            }
             None => Err(error_response(
                 req,
                 resp::TOPIC_NOT_EXIST,
@@ -172,9 +187,7 @@ impl SendMessageProcessor {
         };
         if h.reconsume_times > max {
             let dlq = topics::dlq_topic(&group);
-            self.topics
-                .ensure(&dlq, 1)
-                .map_err(|e| error_response(req, resp::SYSTEM_ERROR, e.to_string()))?;
+            self.topics.ensure(&dlq, 1);
             tracing::info!(
                 group,
                 reconsume_times = h.reconsume_times,

@@ -4,11 +4,13 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::{RwLock, RwLockReadGuard};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, RwLock, RwLockReadGuard};
 
 use conveyor_protocol::route::{perm, DataVersion, TopicConfig};
 use serde::{Deserialize, Serialize};
 
+use super::auto_create::{AutoCreateGuard, Kind, Refusal};
 use super::config_file::{ConfigFile, ConfigFileError};
 use conveyor_protocol::time::now_ms;
 
@@ -67,6 +69,11 @@ pub struct TopicConfigManager {
     file: ConfigFile,
     /// The topics and the table's version, as persisted.
     state: RwLock<Persisted>,
+    /// Admits auto-creations (shared with the group table).
+    guard: Arc<AutoCreateGuard>,
+    /// Changed since last persisted by an auto-creation (persisted in the background by
+    /// [`TopicConfigManager::persist_if_dirty`], off the request path).
+    dirty: AtomicBool,
 }
 
 /// A topic config with `queues` read/write queues and `perm`.
@@ -89,6 +96,7 @@ impl TopicConfigManager {
         auto_create: bool,
         default_queue_nums: i32,
         delay_levels: i32,
+        guard: Arc<AutoCreateGuard>,
     ) -> Result<Self, ConfigFileError> {
         let file = ConfigFile::new(config_dir, "topics.json");
         let mut state: Persisted = file.load()?.unwrap_or_default();
@@ -122,6 +130,8 @@ impl TopicConfigManager {
         let mgr = Self {
             file,
             state: RwLock::new(state),
+            guard,
+            dirty: AtomicBool::new(false),
         };
         mgr.persist()?;
         Ok(mgr)
@@ -132,8 +142,19 @@ impl TopicConfigManager {
     }
 
     fn persist(&self) -> Result<(), ConfigFileError> {
+        self.dirty.store(false, Ordering::Release);
         let state = self.read();
         self.file.store(&*state)
+    }
+
+    /// Persists the table if an auto-creation changed it since the last save (the broker's
+    /// background persister and its shutdown call this).
+    pub fn persist_if_dirty(&self) -> Result<(), ConfigFileError> {
+        if !self.dirty.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        self.persist()
+            .inspect_err(|_| self.dirty.store(true, Ordering::Release))
     }
 
     /// The config of `topic`.
@@ -177,13 +198,14 @@ impl TopicConfigManager {
     }
 
     /// Creates `topic` from the template `default_topic` if the template allows it (INHERIT),
-    /// with min(requested, template) queues. Returns the new config, or `None`.
+    /// with min(requested, template) queues, as the guard admits. Returns the config (also
+    /// when the topic already existed), or `None` when the template does not allow it.
     pub fn create_from_template(
         &self,
         topic: &str,
         default_topic: &str,
         requested_queues: i32,
-    ) -> Result<Option<TopicConfig>, ConfigFileError> {
+    ) -> Result<Option<TopicConfig>, Refusal> {
         if let Some(existing) = self.get(topic) {
             return Ok(Some(existing));
         }
@@ -196,30 +218,66 @@ impl TopicConfigManager {
         let queues = requested_queues.clamp(1, template.write_queue_nums.max(1));
         let mut config = topic_config(topic, queues, template.perm & !perm::INHERIT);
         config.topic_filter_type = template.topic_filter_type;
-        self.upsert(config.clone())?;
-        tracing::info!(topic, queues, "auto-created topic from {default_topic}");
+        let (config, created) = self.create_guarded(config)?;
+        if created {
+            tracing::info!(topic, queues, "auto-created topic from {default_topic}");
+        }
         Ok(Some(config))
     }
 
-    /// Ensures a system-managed topic (retry, DLQ) exists with `queues` queues.
-    pub fn ensure(&self, topic: &str, queues: i32) -> Result<(TopicConfig, bool), ConfigFileError> {
-        if let Some(existing) = self.get(topic) {
-            return Ok((existing, false));
+    /// Ensures a system-managed topic (retry, DLQ, transaction checks) exists with `queues`
+    /// queues; `true` when it was created now. Not limited: callers create these only for
+    /// groups that exist.
+    pub fn ensure(&self, topic: &str, queues: i32) -> (TopicConfig, bool) {
+        let mut s = self.state.write().unwrap_or_else(|e| e.into_inner());
+        if let Some(existing) = s.topic_config_table.get(topic) {
+            return (existing.clone(), false);
         }
-        let config = topic_config(topic, queues, perm::READ_WRITE);
-        self.upsert(config.clone())?;
-        Ok((config, true))
+        (
+            self.insert_auto(&mut s, topic_config(topic, queues, perm::READ_WRITE)),
+            true,
+        )
+    }
+
+    /// [`TopicConfigManager::ensure`] for a client naming the topic (a SEND to a retry or
+    /// dead-letter topic), as the guard admits.
+    pub fn ensure_guarded(&self, topic: &str, queues: i32) -> Result<(TopicConfig, bool), Refusal> {
+        self.create_guarded(topic_config(topic, queues, perm::READ_WRITE))
+    }
+
+    /// Creates `config` unless its topic exists, as the guard admits (under the write lock,
+    /// so concurrent creations cannot overshoot the limit).
+    fn create_guarded(&self, config: TopicConfig) -> Result<(TopicConfig, bool), Refusal> {
+        let mut s = self.state.write().unwrap_or_else(|e| e.into_inner());
+        if let Some(existing) = s.topic_config_table.get(&config.topic_name) {
+            return Ok((existing.clone(), false));
+        }
+        self.guard.admit(Kind::Topic, s.topic_config_table.len())?;
+        Ok((self.insert_auto(&mut s, config), true))
+    }
+
+    /// Inserts an auto-created topic and leaves persisting it to the background persister: a
+    /// creation on the request path costs no file rewrite.
+    fn insert_auto(&self, s: &mut Persisted, config: TopicConfig) -> TopicConfig {
+        s.topic_config_table
+            .insert(config.topic_name.clone(), config.clone());
+        s.data_version.counter += 1;
+        s.data_version.timestamp = now_ms();
+        self.dirty.store(true, Ordering::Release);
+        config
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::broker::auto_create::AutoCreateLimits;
 
     #[test]
     fn auto_create_follows_the_template() {
         let dir = tempfile::tempdir().unwrap();
-        let m = TopicConfigManager::load(dir.path(), "C", "b", true, 8, 18).unwrap();
+        let guard = || Arc::new(AutoCreateGuard::new(AutoCreateLimits::default()));
+        let m = TopicConfigManager::load(dir.path(), "C", "b", true, 8, 18, guard()).unwrap();
         let t = m
             .create_from_template("New", AUTO_CREATE_TOPIC, 4)
             .unwrap()
@@ -230,9 +288,10 @@ mod tests {
             .unwrap()
             .unwrap();
         assert_eq!(t.write_queue_nums, 8);
+        m.persist_if_dirty().unwrap();
         drop(m);
         // Persisted; and without auto-create the template no longer inherits.
-        let m = TopicConfigManager::load(dir.path(), "C", "b", false, 8, 18).unwrap();
+        let m = TopicConfigManager::load(dir.path(), "C", "b", false, 8, 18, guard()).unwrap();
         assert!(m.get("New").is_some());
         assert!(m
             .create_from_template("Other", AUTO_CREATE_TOPIC, 4)

@@ -490,9 +490,7 @@ impl TransactionalMessageService {
         }
         if let Some(record) = self.store.message_at(phys) {
             if let Ok(mut m) = RecordView::parse(&record).and_then(|v| v.to_message()) {
-                self.topics
-                    .ensure(TRANS_CHECK_MAX_TIME_TOPIC, 1)
-                    .map_err(|e| conveyor_store::StoreError::InvalidConfig(e.to_string()))?;
+                self.topics.ensure(TRANS_CHECK_MAX_TIME_TOPIC, 1);
                 m.topic = TRANS_CHECK_MAX_TIME_TOPIC.into();
                 m.queue_id = 0;
                 self.store.append(std::slice::from_ref(&m))?;
