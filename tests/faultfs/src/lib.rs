@@ -24,6 +24,7 @@
 //! loss of an fsync that returned success, or corruption of durable data. Data either was
 //! fsynced (and survives whole) or was not (and is gone).
 #![forbid(unsafe_code)]
+#![deny(missing_docs)]
 
 mod faults;
 mod fs;
