@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The one test command (README.md, .ci/run): installs what the tests need, caches it under
 # ~/.cache/conveyor (outside the checkout, so a fresh clone on the same machine reuses it), and
-# runs every test: formatting and clippy checks, the Rust workspace (unit, property, crash, torn-tail, full-disk tests) and
+# runs every test: formatting and clippy checks, the Rust workspace (unit, property, crash, torn-tail, full-disk and
+# power-loss tests on tests/faultfs) and
 # the real-client compatibility suite, the Kubernetes operator tests and the container image.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -20,7 +21,21 @@ echo "== cargo clippy --all-targets -- -D warnings"
 cargo clippy --workspace --all-targets -- -D warnings
 
 echo "== no import circle inside any crate (tests/arch/import_cycles.py)"
-python3 tests/arch/import_cycles.py broker/protocol broker/remoting broker/settings broker/store broker/client broker/server operator
+python3 tests/arch/import_cycles.py broker/protocol broker/remoting broker/settings broker/store broker/client broker/server operator tests/faultfs
+
+# The power-loss test (broker/server/tests/power_loss.rs) serves tests/faultfs over FUSE. As root it
+# mounts with mount(2); otherwise fuser goes through fusermount3 (Debian's fuse3), installed here when
+# missing (once: later runs find it). /dev/fuse itself must exist: under CI=true the test fails without it.
+if ! command -v fusermount3 >/dev/null; then
+  echo "== installing fuse3 (fusermount3) for the power-loss test"
+  if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ] \
+    && { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq fuse3; } >"$CONVEYOR_CACHE/apt-fuse3.log" 2>&1; then
+    :
+  else
+    echo "tests/all.sh: could not install fuse3 (see $CONVEYOR_CACHE/apt-fuse3.log)" >&2
+    if [ "${CI:-}" = "true" ]; then exit 1; fi
+  fi
+fi
 
 echo "== cargo test --workspace"
 cargo test --workspace --all-targets 2>&1 | tee "$CONVEYOR_CACHE/cargo-test.log"

@@ -55,6 +55,8 @@ fn every_override() -> BTreeMap<String, String> {
         ("store.disk-force-clean-ratio", "0.8"),
         ("store.disk-full-ratio", "0.95"),
         ("store.sync-flush-timeout-ms", "3000"),
+        ("store.flush-interval-ms", "250"),
+        ("store.flush-thorough-interval-ms", "5000"),
     ]
     .into_iter()
     .map(|(k, v)| (k.to_string(), v.to_string()))
@@ -159,6 +161,10 @@ fn expected(mqc: &MessageQueueCluster, group: i32, ordinal: i32, pod_ip: &str) -
         disk_full_ratio: ratio("store.disk-full-ratio").unwrap_or(d.disk_full_ratio),
         sync_flush_timeout: num("store.sync-flush-timeout-ms")
             .map_or(d.sync_flush_timeout, std::time::Duration::from_millis),
+        flush_interval: num("store.flush-interval-ms")
+            .map_or(d.flush_interval, std::time::Duration::from_millis),
+        flush_thorough_interval: num("store.flush-thorough-interval-ms")
+            .map_or(d.flush_thorough_interval, std::time::Duration::from_millis),
         ..d
     };
     AppConfig {

@@ -265,6 +265,14 @@ pub fn app_config(role: Role, settings: Settings) -> Result<AppConfig, SettingsE
             .sync_flush_timeout_ms
             .map(Duration::from_millis)
             .unwrap_or(d.sync_flush_timeout),
+        flush_interval: s
+            .flush_interval_ms
+            .map(Duration::from_millis)
+            .unwrap_or(d.flush_interval),
+        flush_thorough_interval: s
+            .flush_thorough_interval_ms
+            .map(Duration::from_millis)
+            .unwrap_or(d.flush_thorough_interval),
         ..d
     };
     let default_ns = SocketAddr::from(([0, 0, 0, 0], 9876));
@@ -388,6 +396,8 @@ disk-clean-ratio = 0.5
 disk-force-clean-ratio = 0.6
 disk-full-ratio = 0.7
 sync-flush-timeout-ms = 900
+flush-interval-ms = 20
+flush-thorough-interval-ms = 300
 [http]
 listen = "127.0.0.1:18080"
 "#,
@@ -435,6 +445,8 @@ listen = "127.0.0.1:18080"
             (0.5, 0.6, 0.7)
         );
         assert_eq!(s.sync_flush_timeout, Duration::from_millis(900));
+        assert_eq!(s.flush_interval, Duration::from_millis(20));
+        assert_eq!(s.flush_thorough_interval, Duration::from_millis(300));
     }
 
     #[test]

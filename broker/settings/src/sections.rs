@@ -170,6 +170,13 @@ section! {
         /// `sync-flush-timeout-ms`: how long a SYNC append waits for its flush
         /// (`syncFlushTimeout`). Default `5000`.
         pub sync_flush_timeout_ms: u64,
+        /// `flush-interval-ms`: under ASYNC flush, how often the flusher looks for dirty pages
+        /// to write (`flushIntervalCommitLog`). Default `500`.
+        pub flush_interval_ms: u64,
+        /// `flush-thorough-interval-ms`: under ASYNC flush, the longest time between two
+        /// flushes of everything, however few pages are dirty
+        /// (`flushCommitLogThoroughInterval`). Default `10000`.
+        pub flush_thorough_interval_ms: u64,
     }
 }
 
