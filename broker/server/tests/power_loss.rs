@@ -8,8 +8,10 @@
 //! SYNC flush: zero acknowledged loss over `CONVEYOR_POWER_CYCLES` (default 50) power losses.
 //! ASYNC flush: loss is measured and printed, and must be bounded by the flush intervals.
 //! `CONVEYOR_POWER_SEED` replays a run (the seed is printed).
-//! `CONVEYOR_POWER_FSYNC_QUEUE_DIRS=1` makes the test fsync the ConsumeQueue directories that
-//! the store leaves unsynced (a known store bug, see [`fsync_queue_dirs`]); off by default.
+//!
+//! Found by this test and fixed: the store created `consumequeue/<topic>/<queueId>/` without
+//! fsyncing the parents, so a power loss could drop a whole queue tree below the checkpoint
+//! (`create_dir_durable` in the store).
 
 mod common;
 
@@ -486,9 +488,6 @@ async fn run(spec: Run) -> Outcome {
             broker.kill();
             break;
         }
-        if std::env::var(WORKAROUND_ENV).as_deref() == Ok("1") {
-            fsync_queue_dirs(&data).await;
-        }
 
         let before = ledger.lock().expect("ledger").len();
         let stop = Arc::new(AtomicBool::new(false));
@@ -535,31 +534,6 @@ async fn run(spec: Run) -> Outcome {
     );
     drop(fs);
     outcome
-}
-
-/// Opt-in stand-in for directory fsyncs the store does not do (see [`fsync_queue_dirs`]).
-const WORKAROUND_ENV: &str = "CONVEYOR_POWER_FSYNC_QUEUE_DIRS";
-
-/// Makes the names of the ConsumeQueue directories durable, as the store should when it
-/// creates them: it creates `consumequeue/<topic>/<queueId>/` with create_dir_all and fsyncs
-/// only the queue directory itself (for its file), never `consumequeue/` or
-/// `consumequeue/<topic>/`, so a power loss may drop a whole queue tree. Recovery then rebuilds
-/// the queues only from the segment before the checkpoint, and every older message is no
-/// longer served. With `CONVEYOR_POWER_FSYNC_QUEUE_DIRS=1` the test does those fsyncs itself
-/// (as soon as the directories exist), so the rest of the durability contract can be
-/// checked until the store does them.
-async fn fsync_queue_dirs(data: &Path) {
-    let cq = data.join("consumequeue");
-    let deadline = Instant::now() + DEADLINE;
-    while !(0..QUEUES).all(|q| cq.join(TOPIC).join(q.to_string()).exists()) {
-        assert!(Instant::now() < deadline, "queue directories not created");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    for d in [data.to_path_buf(), cq.clone(), cq.join(TOPIC)] {
-        std::fs::File::open(&d)
-            .and_then(|f| f.sync_all())
-            .unwrap_or_else(|e| panic!("fsync {}: {e}", d.display()));
-    }
 }
 
 /// The store's files and sizes, for failure messages.

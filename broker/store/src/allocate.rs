@@ -66,7 +66,7 @@ impl AllocateService {
     }
 
     fn create(&self, base: u64) -> Result<MappedFile> {
-        std::fs::create_dir_all(&self.dir).ctx(|| format!("create {}", self.dir.display()))?;
+        crate::mapped_file::create_dir_durable(&self.dir)?;
         // Only one segment is prepared at a time: anything else here is left over from a
         // previous run and would only hold disk space.
         for stale in list_offsets(&self.dir)?.into_iter().filter(|b| *b != base) {

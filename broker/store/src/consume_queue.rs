@@ -8,7 +8,7 @@
 use std::path::Path;
 use std::sync::atomic::{AtomicI64, Ordering};
 
-use crate::error::{IoContext, Result};
+use crate::error::Result;
 use crate::mapped_file::{sync_dir, MappedFile};
 use crate::mapped_file_queue::{MappedFileQueue, OnGap};
 
@@ -181,7 +181,7 @@ impl ConsumeQueue {
         let base = byte - byte % self.files.file_size();
         let dir = self.files.dir();
         let (file, created) = self.files.get_or_append(base, || {
-            std::fs::create_dir_all(dir).ctx(|| format!("create {}", dir.display()))?;
+            crate::mapped_file::create_dir_durable(dir)?;
             MappedFile::open(dir, base, self.files.file_size())
         })?;
         if created {

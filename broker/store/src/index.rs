@@ -200,7 +200,7 @@ pub fn format_index_name(ms: u64) -> String {
 impl IndexService {
     /// Opens the index files in `dir`.
     pub fn open(dir: &Path, slots: u32, max_entries: u32) -> Result<Self> {
-        std::fs::create_dir_all(dir).ctx(|| format!("create {}", dir.display()))?;
+        crate::mapped_file::create_dir_durable(dir)?;
         let mut names: Vec<String> = std::fs::read_dir(dir)
             .ctx(|| format!("list {}", dir.display()))?
             .filter_map(|e| e.ok()?.file_name().into_string().ok())

@@ -351,6 +351,29 @@ pub fn sync_dir(dir: &Path) -> Result<()> {
         .ctx(|| format!("fsync directory {}", dir.display()))
 }
 
+/// Creates `dir` and any missing parents so that they survive a power loss: a new directory's
+/// name is durable only once its parent is fsynced (POSIX), so each directory created here has
+/// its parent fsynced. Without this a whole ConsumeQueue tree could vanish at a power loss,
+/// below the checkpoint that recovery trusts (found by the power-loss test).
+pub fn create_dir_durable(dir: &Path) -> Result<()> {
+    if dir.is_dir() {
+        return Ok(());
+    }
+    let mut missing = Vec::new();
+    let mut at = Some(dir);
+    while let Some(d) = at.filter(|d| !d.as_os_str().is_empty() && !d.exists()) {
+        missing.push(d);
+        at = d.parent();
+    }
+    std::fs::create_dir_all(dir).ctx(|| format!("create {}", dir.display()))?;
+    for d in missing.iter().rev() {
+        if let Some(parent) = d.parent().filter(|p| !p.as_os_str().is_empty()) {
+            sync_dir(parent)?;
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

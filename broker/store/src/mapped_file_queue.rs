@@ -7,7 +7,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 
-use crate::error::{IoContext, Result, StoreError};
+use crate::error::{Result, StoreError};
 use crate::mapped_file::{list_offsets, sync_dir, MappedFile};
 
 /// What [`MappedFileQueue::load`] does when the files on disk are not contiguous.
@@ -50,7 +50,7 @@ impl MappedFileQueue {
         create_dir: bool,
     ) -> Result<Self> {
         if create_dir {
-            std::fs::create_dir_all(dir).ctx(|| format!("create {}", dir.display()))?;
+            crate::mapped_file::create_dir_durable(dir)?;
         }
         let mut files: Vec<Arc<MappedFile>> = Vec::new();
         for base in list_offsets(dir)? {

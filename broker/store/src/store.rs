@@ -138,8 +138,7 @@ impl MessageStore {
         config.validate()?;
         let started = Instant::now();
         let root = config.root.clone();
-        std::fs::create_dir_all(root.join("config"))
-            .ctx(|| format!("create store directory {}", root.display()))?;
+        crate::mapped_file::create_dir_durable(&root.join("config"))?;
         let lock = lock_dir(&root)?;
         let abort = root.join("abort");
         let unclean = abort.exists();
