@@ -7,32 +7,11 @@
 
 mod common;
 
-use common::{now_ms, RawConn, TestServer};
+use common::{send_request, RawConn, TestServer};
 use conveyor::broker::AutoCreateLimits;
 use conveyor_client::consumer::{pull_sys_flag, PullHeader};
-use conveyor_client::producer::SendHeader;
 use conveyor_protocol::code::{request_code, response_code};
 use conveyor_protocol::command::RemotingCommand;
-
-fn send_request(topic: &str) -> RemotingCommand {
-    let h = SendHeader {
-        producer_group: "PG_auto".into(),
-        topic: topic.into(),
-        default_topic: "TBW102".into(),
-        default_topic_queue_nums: 4,
-        queue_id: 0,
-        sys_flag: 0,
-        born_timestamp: now_ms(),
-        flag: 0,
-        properties: "WAIT\u{1}true\u{2}".into(),
-        reconsume_times: 0,
-        unit_mode: false,
-        batch: false,
-        max_reconsume_times: None,
-        broker_name: Some("broker-a".into()),
-    };
-    RemotingCommand::request(request_code::SEND_MESSAGE_V2, h.to_ext_fields()).with_body("x")
-}
 
 fn pull_request(group: &str, topic: &str) -> RemotingCommand {
     let h = PullHeader {
@@ -53,7 +32,7 @@ fn pull_request(group: &str, topic: &str) -> RemotingCommand {
 }
 
 async fn send(conn: &mut RawConn, topic: &str) -> RemotingCommand {
-    conn.request(send_request(topic)).await
+    conn.request(send_request(topic, 0, "x")).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -9,9 +9,10 @@ mod common;
 use std::time::Duration;
 
 use bytes::{BufMut, Bytes, BytesMut};
-use common::{now_ms, opaque, wait_max_offset, RawConn, Read, TestServer, DEADLINE};
+use common::{
+    opaque, send_header, send_request, wait_max_offset, RawConn, Read, TestServer, DEADLINE,
+};
 use conveyor_client::consumer::{pull_sys_flag, PullHeader};
-use conveyor_client::producer::SendHeader;
 use conveyor_client::{Message, PullStatus, SendStatus};
 use conveyor_protocol::code::{request_code, response_code, SerializeType};
 use conveyor_protocol::command::{ExtFields, RemotingCommand};
@@ -22,33 +23,6 @@ use proptest::test_runner::{Config, TestCaseError, TestRunner};
 use rand::{Rng, SeedableRng};
 
 const UNKNOWN_CODE: i32 = 99_999;
-
-fn send_header(topic: &str, queue_id: i32) -> SendHeader {
-    SendHeader {
-        producer_group: "PG_raw".into(),
-        topic: topic.into(),
-        default_topic: "TBW102".into(),
-        default_topic_queue_nums: 4,
-        queue_id,
-        sys_flag: 0,
-        born_timestamp: now_ms(),
-        flag: 0,
-        properties: "WAIT\u{1}true\u{2}TAGS\u{1}raw\u{2}".into(),
-        reconsume_times: 0,
-        unit_mode: false,
-        batch: false,
-        max_reconsume_times: None,
-        broker_name: Some("broker-a".into()),
-    }
-}
-
-fn send_request(topic: &str, queue_id: i32, body: impl Into<Bytes>) -> RemotingCommand {
-    RemotingCommand::request(
-        request_code::SEND_MESSAGE_V2,
-        send_header(topic, queue_id).to_ext_fields(),
-    )
-    .with_body(body)
-}
 
 fn pull_request(topic: &str, queue_id: i32, offset: i64) -> RemotingCommand {
     let h = PullHeader {

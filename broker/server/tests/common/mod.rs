@@ -90,6 +90,14 @@ impl TestServer {
         Self::launch(dir, None).await
     }
 
+    /// [`TestServer::start_in`] with `configure` applied (also on every restart).
+    pub async fn start_in_with(
+        dir: &Path,
+        configure: impl Fn(&mut AppConfig) + Send + Sync + 'static,
+    ) -> Self {
+        Self::launch(dir, Some(Arc::new(configure))).await
+    }
+
     async fn launch(dir: &Path, configure: Option<Configure>) -> Self {
         let mut cfg = config(dir);
         if let Some(f) = &configure {
@@ -458,4 +466,33 @@ pub async fn pull_for(
 /// Property `key` of `m`, for assertions.
 pub fn prop<'a>(m: &'a StoredMessage, key: &str) -> Option<&'a str> {
     m.properties.get(key)
+}
+
+/// The SEND_MESSAGE_V2 header a raw test producer sends (group `PG_raw`, TBW102 template).
+pub fn send_header(topic: &str, queue_id: i32) -> conveyor_client::producer::SendHeader {
+    conveyor_client::producer::SendHeader {
+        producer_group: "PG_raw".into(),
+        topic: topic.into(),
+        default_topic: "TBW102".into(),
+        default_topic_queue_nums: 4,
+        queue_id,
+        sys_flag: 0,
+        born_timestamp: now_ms(),
+        flag: 0,
+        properties: "WAIT\u{1}true\u{2}TAGS\u{1}raw\u{2}".into(),
+        reconsume_times: 0,
+        unit_mode: false,
+        batch: false,
+        max_reconsume_times: None,
+        broker_name: Some("broker-a".into()),
+    }
+}
+
+/// A raw SEND_MESSAGE_V2 request for `topic`/`queue_id` with `body`.
+pub fn send_request(topic: &str, queue_id: i32, body: impl Into<bytes::Bytes>) -> RemotingCommand {
+    RemotingCommand::request(
+        request_code::SEND_MESSAGE_V2,
+        send_header(topic, queue_id).to_ext_fields(),
+    )
+    .with_body(body)
 }
