@@ -3,10 +3,13 @@
 //!
 //! Design (an equivalent of RocketMQ's timer wheel + timer log): the parked messages themselves
 //! are the log — they live in the `rmq_sys_wheel_timer` topic of the store, with their due time
-//! in TIMER_OUT_MS. An in-memory min-heap orders the pending ones by due time; it is rebuilt on
-//! start by re-reading the topic from a persisted checkpoint (every offset below it is
-//! delivered) plus the set of offsets delivered above it. So a restart neither loses timers nor
-//! delivers them early; one delivered just before a crash may come again.
+//! in TIMER_OUT_MS. An in-memory min-heap orders the pending ones by due time. The persisted
+//! progress is how far the topic was read (`scanned`) and the queue offsets below it still
+//! pending; on start the heap is rebuilt by re-reading exactly those, then everything from
+//! `scanned` on. So a restart neither loses timers nor delivers them early (one delivered just
+//! before a crash may come again), and the progress is as large as the set of timers still
+//! waiting: one timer due in three days does not make every later delivery stay in memory and
+//! in the file, as a "delivered below this offset" checkpoint would.
 
 use std::cmp::Reverse;
 use std::collections::{BTreeSet, BinaryHeap};
@@ -26,29 +29,136 @@ use super::hold::PullHold;
 use super::parking::{unpark, TIMER_OUT_MS};
 use super::topics::TIMER_TOPIC;
 
-#[derive(Debug, Default, Serialize, Deserialize)]
+/// `config/timerProgress.json`.
+#[derive(Debug, Default, PartialEq, Serialize, Deserialize)]
 struct Persisted {
+    /// Next queue offset to read; every offset below is delivered or listed in `pending`.
+    /// `None` in files of earlier versions, which kept `checkpoint` and `delivered` instead.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    scanned: Option<i64>,
+    /// Queue offsets below `scanned` not delivered yet.
+    #[serde(default)]
+    pending: Vec<i64>,
+    /// Earlier versions: every offset below was delivered.
+    #[serde(default, skip_serializing)]
     checkpoint: i64,
+    /// Earlier versions: offsets delivered at or above `checkpoint`.
+    #[serde(default, skip_serializing)]
     delivered: Vec<i64>,
 }
 
 #[derive(Debug, Default)]
 struct State {
-    /// Every queue offset below is delivered.
-    checkpoint: i64,
     /// Next queue offset to read into the heap.
     scanned: i64,
-    /// Delivered offsets at or above the checkpoint.
-    delivered: BTreeSet<i64>,
+    /// Queue offsets read and not delivered yet (those in `pending`, by offset).
+    waiting: BTreeSet<i64>,
+    /// After a restart: offsets below this that need no re-reading unless in `reread`.
+    resume_at: i64,
+    /// After a restart: offsets below `resume_at` still waiting (from the progress file).
+    reread: BTreeSet<i64>,
+    /// Earlier versions' files only: offsets already delivered, skipped while re-reading.
+    skip: BTreeSet<i64>,
     /// (due ms, queue offset, commit-log offset) of pending timers.
     pending: BinaryHeap<Reverse<(i64, i64, u64)>>,
+    /// Changed since the progress was last written.
+    dirty: bool,
 }
 
 impl State {
+    /// State from the progress file.
+    fn from_persisted(p: Persisted) -> Self {
+        match p.scanned {
+            Some(scanned) => {
+                let reread: BTreeSet<i64> =
+                    p.pending.into_iter().filter(|o| *o < scanned).collect();
+                Self {
+                    scanned: reread.first().copied().unwrap_or(scanned),
+                    resume_at: scanned,
+                    reread,
+                    ..Self::default()
+                }
+            }
+            None => Self {
+                scanned: p.checkpoint,
+                skip: p
+                    .delivered
+                    .into_iter()
+                    .filter(|o| *o >= p.checkpoint)
+                    .collect(),
+                ..Self::default()
+            },
+        }
+    }
+
+    /// Whether the timer at queue offset `qo` (being read) still has to be delivered.
+    fn needs(&self, qo: i64) -> bool {
+        if self.skip.contains(&qo) {
+            return false;
+        }
+        qo >= self.resume_at || self.reread.contains(&qo)
+    }
+
+    /// A timer read from the topic, due at `due` (`None`: nothing to deliver).
+    fn read(&mut self, qo: i64, due: Option<(i64, u64)>) {
+        if let (Some((due, phys)), true) = (due, self.needs(qo)) {
+            self.waiting.insert(qo);
+            self.pending.push(Reverse((due, qo, phys)));
+        }
+        self.scanned = self.scanned.max(qo + 1);
+        self.dirty = true;
+    }
+
+    /// Reading reached `next` (no more records below it).
+    fn scanned_to(&mut self, next: i64) {
+        if next > self.scanned {
+            self.scanned = next;
+            self.dirty = true;
+        }
+        if self.scanned >= self.resume_at {
+            self.reread.clear();
+            self.skip.clear();
+        }
+    }
+
     fn mark_delivered(&mut self, offset: i64) {
-        self.delivered.insert(offset);
-        while self.delivered.remove(&self.checkpoint) {
-            self.checkpoint += 1;
+        self.waiting.remove(&offset);
+        self.dirty = true;
+    }
+
+    /// Offsets below `min` were removed by retention: nothing to deliver there any more.
+    fn drop_below(&mut self, min: i64) {
+        if self.scanned < min {
+            self.scanned = min;
+            self.dirty = true;
+        }
+        self.waiting = self.waiting.split_off(&min);
+        self.reread = self.reread.split_off(&min);
+    }
+
+    /// Pulls the progress back to the timer queue's end (after a power loss the log may be
+    /// shorter than the progress saved).
+    fn clamp(&mut self, queue_end: i64) {
+        self.scanned = self.scanned.min(queue_end);
+        self.resume_at = self.resume_at.min(queue_end);
+        self.reread.retain(|o| *o < queue_end);
+        self.waiting.retain(|o| *o < queue_end);
+    }
+
+    /// What the progress file holds.
+    fn persisted(&self) -> Persisted {
+        let scanned = self.scanned.max(self.resume_at);
+        Persisted {
+            scanned: Some(scanned),
+            pending: self
+                .waiting
+                .iter()
+                .chain(self.reread.iter().filter(|o| **o >= self.scanned))
+                .copied()
+                .collect::<BTreeSet<i64>>()
+                .into_iter()
+                .collect(),
+            ..Persisted::default()
         }
     }
 }
@@ -79,35 +189,20 @@ impl TimerMessageService {
             store,
             hold,
             file,
-            state: Mutex::new(State {
-                checkpoint: p.checkpoint,
-                scanned: p.checkpoint,
-                delivered: p
-                    .delivered
-                    .into_iter()
-                    .filter(|o| *o >= p.checkpoint)
-                    .collect(),
-                pending: BinaryHeap::new(),
-            }),
+            state: Mutex::new(State::from_persisted(p)),
         };
-        service.clamp(service.store.max_offset(TIMER_TOPIC, 0));
+        service
+            .state
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clamp(service.store.max_offset(TIMER_TOPIC, 0));
         Ok(service)
     }
 
-    /// Pulls persisted progress back to the timer queue's end.
-    fn clamp(&self, queue_end: i64) {
+    /// The progress to write, if it changed since the last write (clearing the mark).
+    fn snapshot(&self) -> Option<Persisted> {
         let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        s.checkpoint = s.checkpoint.min(queue_end);
-        s.scanned = s.scanned.min(queue_end);
-        s.delivered.retain(|o| *o < queue_end);
-    }
-
-    fn snapshot(&self) -> Persisted {
-        let s = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        Persisted {
-            checkpoint: s.checkpoint,
-            delivered: s.delivered.iter().copied().collect(),
-        }
+        std::mem::take(&mut s.dirty).then(|| s.persisted())
     }
 
     fn write(&self, p: &Persisted) -> Result<(), ConfigFileError> {
@@ -140,50 +235,55 @@ impl TimerMessageService {
         self.persist_timers().await;
     }
 
-    /// Writes the timer progress once what it counts as delivered is durable.
+    /// Writes the timer progress (when it changed) once what it counts as delivered is
+    /// durable.
     async fn persist_timers(&self) {
-        let snapshot = self.snapshot();
-        if durable(&self.store, self.store.commit_log_max_offset()).await {
-            if let Err(e) = self.write(&snapshot) {
-                tracing::error!(error = %e, "persisting timer progress failed");
-            }
+        let Some(snapshot) = self.snapshot() else {
+            return;
+        };
+        let written = durable(&self.store, self.store.commit_log_max_offset()).await
+            && match self.write(&snapshot) {
+                Ok(()) => true,
+                Err(e) => {
+                    tracing::error!(error = %e, "persisting timer progress failed");
+                    false
+                }
+            };
+        if !written {
+            // Try again next time.
+            self.state.lock().unwrap_or_else(|e| e.into_inner()).dirty = true;
         }
     }
 
     /// Reads newly parked timer messages into the heap.
     fn scan_timers(&self) {
         let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        let min = self.store.min_offset(TIMER_TOPIC, 0);
-        if s.checkpoint < min {
-            // Retention removed them; nothing left to deliver below.
-            s.checkpoint = min;
-            s.delivered = s.delivered.split_off(&min);
-        }
-        s.scanned = s.scanned.max(s.checkpoint);
+        s.drop_below(self.store.min_offset(TIMER_TOPIC, 0));
         loop {
+            let from = s.scanned;
             let r = self
                 .store
-                .get_messages(TIMER_TOPIC, 0, s.scanned, 256, 4 << 20, &AcceptAll);
+                .get_messages(TIMER_TOPIC, 0, from, 256, 4 << 20, &AcceptAll);
             if r.messages.is_empty() {
-                s.scanned = s.scanned.max(
+                s.scanned_to(
                     r.next_begin_offset
                         .min(self.store.max_offset(TIMER_TOPIC, 0)),
                 );
                 return;
             }
             for (slice, qo) in r.messages.iter().zip(&r.queue_offsets) {
-                if s.delivered.contains(qo) {
-                    continue;
-                }
                 let due = RecordView::parse(slice)
                     .ok()
                     .and_then(|v| v.property(TIMER_OUT_MS).and_then(|d| d.parse::<i64>().ok()));
-                match due {
-                    Some(due) => s.pending.push(Reverse((due, *qo, slice_phys(slice)))),
-                    None => s.mark_delivered(*qo),
-                }
+                s.read(*qo, due.map(|d| (d, slice_phys(slice))));
             }
-            s.scanned = r.next_begin_offset;
+            s.scanned_to(r.next_begin_offset);
+            if s.scanned < s.resume_at {
+                // Re-reading after a restart: jump to the next offset still waiting.
+                let next = s.reread.range(s.scanned..).next().copied();
+                let to = next.unwrap_or(s.resume_at);
+                s.scanned_to(to);
+            }
         }
     }
 
@@ -253,13 +353,72 @@ fn slice_phys(record: &[u8]) -> u64 {
 mod tests {
     use super::*;
 
+    /// Issue 9, defect 8: with a "delivered below this offset" checkpoint, one timer due far
+    /// ahead kept every later delivery in memory and in the progress file. The progress now
+    /// holds only what still waits.
     #[test]
-    fn checkpoint_advances_over_contiguous_deliveries() {
+    fn one_long_timer_does_not_keep_every_later_delivery() {
         let mut s = State::default();
-        s.mark_delivered(1);
-        assert_eq!(s.checkpoint, 0);
-        s.mark_delivered(0);
-        assert_eq!(s.checkpoint, 2);
-        assert!(s.delivered.is_empty());
+        s.read(0, Some((i64::MAX, 0)));
+        for qo in 1..10_000 {
+            s.read(qo, Some((0, qo as u64)));
+            s.mark_delivered(qo);
+        }
+        s.scanned_to(10_000);
+        let p = s.persisted();
+        assert_eq!(p.scanned, Some(10_000));
+        assert_eq!(p.pending, vec![0]);
+        assert_eq!(s.waiting.len(), 1);
+    }
+
+    #[test]
+    fn a_restart_rereads_exactly_the_waiting_timers() {
+        let p = Persisted {
+            scanned: Some(100),
+            pending: vec![3, 50],
+            ..Persisted::default()
+        };
+        let mut s = State::from_persisted(p);
+        assert_eq!(s.scanned, 3, "re-reading starts at the first waiting timer");
+        for qo in 3..120 {
+            s.read(qo, Some((0, qo as u64)));
+        }
+        s.scanned_to(120);
+        let waiting: Vec<i64> = s.waiting.iter().copied().collect();
+        let mut expected = vec![3, 50];
+        expected.extend(100..120);
+        assert_eq!(
+            waiting, expected,
+            "delivered timers below 100 are not delivered again"
+        );
+        // Delivered, the progress shrinks back to what waits.
+        for qo in expected {
+            s.mark_delivered(qo);
+        }
+        assert!(s.persisted().pending.is_empty());
+    }
+
+    #[test]
+    fn progress_files_of_earlier_versions_still_load() {
+        let legacy: Persisted =
+            serde_json::from_str(r#"{"checkpoint": 10, "delivered": [12, 13]}"#).unwrap();
+        let mut s = State::from_persisted(legacy);
+        for qo in 10..15 {
+            s.read(qo, Some((0, qo as u64)));
+        }
+        s.scanned_to(15);
+        let waiting: Vec<i64> = s.waiting.iter().copied().collect();
+        assert_eq!(waiting, vec![10, 11, 14]);
+        let written = serde_json::to_string(&s.persisted()).unwrap();
+        assert!(!written.contains("delivered"), "{written}");
+    }
+
+    #[test]
+    fn unchanged_progress_is_not_rewritten() {
+        let mut s = State::default();
+        s.read(0, Some((5, 0)));
+        assert!(std::mem::take(&mut s.dirty));
+        s.scanned_to(1);
+        assert!(!s.dirty, "nothing changed: no rewrite and fsync");
     }
 }
