@@ -166,11 +166,29 @@ async fn a_failed_fsync_fences_the_store_until_it_is_reopened() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_disk_refuses_writes_with_a_code_and_keeps_serving_reads() {
-    if !fuse_or_skip("a_full_disk_refuses_writes_with_a_code_and_keeps_serving_reads") {
-        return;
+    if fuse_or_skip("a_full_disk_refuses_writes_with_a_code_and_keeps_serving_reads") {
+        full_disk(Faults::default()).await;
     }
+}
+
+/// Issue 9, defect 6: without fallocate the store fell back to a sparse file, so on a full
+/// disk a write through the mapping into an unbacked hole would raise SIGBUS. It allocates by
+/// writing zeros instead, and a full disk stays a clean refusal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_fallocate_a_full_disk_is_still_a_clean_refusal() {
+    if fuse_or_skip("without_fallocate_a_full_disk_is_still_a_clean_refusal") {
+        full_disk(Faults {
+            fallocate_unsupported: true,
+            ..Faults::default()
+        })
+        .await;
+    }
+}
+
+/// Fills the disk under a SYNC producer and checks the refusal, the reads, the resumption.
+async fn full_disk(faults: Faults) {
     let mount = tempfile::tempdir().unwrap();
-    let fs = FaultFs::mount(mount.path(), Faults::default()).expect("mount faultfs");
+    let fs = FaultFs::mount(mount.path(), faults).expect("mount faultfs");
     let faults = fs.handle();
     let data = fs.path().join("data");
     let mut server = TestServer::start_in_with(&data, |c| {

@@ -73,8 +73,13 @@ fn preallocate(file: &File, size: u64) -> std::io::Result<()> {
     let rc = unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, size as libc::off_t) };
     match rc {
         0 => Ok(()),
-        // Filesystems without fallocate: fall back to a sparse file.
-        libc::EOPNOTSUPP | libc::EINVAL => file.set_len(size),
+        // Filesystems without fallocate: allocate by writing zeros past the current end. Never
+        // a sparse file: a write through the mapping into a hole that the full disk cannot
+        // back raises SIGBUS, where a refused creation is a clean DiskFull error.
+        libc::EOPNOTSUPP | libc::EINVAL => {
+            let len = file.metadata()?.len();
+            write_zeros_from(file, len, size)
+        }
         err => Err(std::io::Error::from_raw_os_error(err)),
     }
 }
@@ -315,9 +320,14 @@ impl MappedFile {
 /// Writes zeros over `[0, size)` and makes them durable, so that later flushes of the file
 /// change no block allocation metadata.
 fn write_zeros(file: &File, size: u64) -> std::io::Result<()> {
+    write_zeros_from(file, 0, size)
+}
+
+/// Writes zeros over `[from, size)` and fdatasyncs the file.
+fn write_zeros_from(file: &File, from: u64, size: u64) -> std::io::Result<()> {
     use std::os::unix::fs::FileExt;
     let chunk = vec![0u8; 1 << 20];
-    let mut at = 0u64;
+    let mut at = from;
     while at < size {
         let n = chunk.len().min((size - at) as usize);
         file.write_all_at(&chunk[..n], at)?;
