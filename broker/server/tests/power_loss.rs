@@ -16,14 +16,13 @@
 mod common;
 
 use std::collections::HashMap;
-use std::net::{SocketAddr, TcpListener};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{http_get, CLUSTER, DEADLINE};
+use common::child::Broker;
+use common::{CLUSTER, DEADLINE};
 use conveyor_client::admin::TopicSpec;
 use conveyor_client::{
     Admin, Message, MessageQueue, Producer, ProducerConfig, PullConsumer, PullConsumerConfig,
@@ -58,123 +57,14 @@ fn body_for(key: &str) -> Vec<u8> {
     key.bytes().chain(*b"|").cycle().take(len).collect()
 }
 
-/// The broker child process; killed (SIGKILL) when dropped.
-struct Broker {
-    child: Option<Child>,
-    namesrv: SocketAddr,
-    http: SocketAddr,
-    log: PathBuf,
-}
-
-impl Broker {
-    fn log_tail(&self) -> String {
-        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
-        let start = text.len().saturating_sub(4000);
-        let start = (start..text.len())
-            .find(|&i| text.is_char_boundary(i))
-            .unwrap_or(text.len());
-        text[start..].to_string()
-    }
-
-    /// SIGKILL (no cleanup of any kind in the broker) and reap.
-    fn kill(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-
-    /// Sends SIGKILL without waiting for the process to be gone: the plug follows at once.
-    fn sigkill(&mut self) -> Child {
-        let mut c = self.child.take().expect("broker running");
-        c.kill().expect("SIGKILL the broker");
-        c
-    }
-}
-
-impl Drop for Broker {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("bind port 0")
-        .port()
-}
-
-fn spawn_once(data: &Path, config: &Path, log: &Path) -> Broker {
-    let addr = |p: u16| SocketAddr::from(([127, 0, 0, 1], p));
-    let (ns, broker, http) = (addr(free_port()), addr(free_port()), addr(free_port()));
-    let log_file = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(log)
-        .expect("log file");
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_conveyor"));
-    for (k, _) in std::env::vars() {
-        if k.starts_with("CONVEYOR_") {
-            cmd.env_remove(k);
-        }
-    }
-    let child = cmd
-        .arg("standalone")
-        .arg("--config")
-        .arg(config)
-        .arg("--data-dir")
-        .arg(data)
-        .arg("--namesrv-listen")
-        .arg(ns.to_string())
-        .arg("--listen")
-        .arg(broker.to_string())
-        .arg("--http-listen")
-        .arg(http.to_string())
-        .env("CONVEYOR_LOG", "info")
-        .stdin(Stdio::null())
-        .stdout(log_file.try_clone().expect("log"))
-        .stderr(log_file)
-        .spawn()
-        .expect("spawn conveyor");
-    Broker {
-        child: Some(child),
-        namesrv: ns,
-        http,
-        log: log.to_path_buf(),
-    }
-}
-
-/// Starts the broker and waits until it is ready and routes all queues of the topic (once
-/// created); retries if a probed port was taken meanwhile.
+/// Starts the broker and waits until it is ready and (once created) routes all queues of the
+/// topic.
 async fn start(data: &Path, config: &Path, log: &Path, topic_exists: bool) -> Broker {
-    let mut last = String::new();
-    for _ in 0..3 {
-        let mut b = spawn_once(data, config, log);
-        let deadline = Instant::now() + Duration::from_secs(60);
-        let ready = loop {
-            if let Some(status) = b.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
-                break Err(format!("exited with {status}"));
-            }
-            if let Ok((200, _)) = http_get(b.http, "/readyz").await {
-                break Ok(());
-            }
-            if Instant::now() >= deadline {
-                break Err("not ready in 60 s".to_string());
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        };
-        match ready {
-            Ok(()) => {
-                if topic_exists {
-                    wait_route(&b).await;
-                }
-                return b;
-            }
-            Err(e) => last = format!("{e}\n{}", b.log_tail()),
-        }
+    let b = Broker::start(data, config, log).await;
+    if topic_exists {
+        wait_route(&b).await;
     }
-    panic!("conveyor standalone never became ready: {last}");
+    b
 }
 
 /// The topic's queues, once the restarted broker has registered them.

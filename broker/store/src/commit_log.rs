@@ -515,10 +515,21 @@ fn record_starts_at(seg: &MappedFile, pos: u64, require_record_crc: bool) -> boo
         )
 }
 
+/// How many consecutive zero bytes end the search for a record after damage: the rest of
+/// the log is taken as never written (a torn tail), and the search does not read a whole
+/// preallocated segment. Records are written in order and a SYNC acknowledgement follows a
+/// flush of everything before it, so no acknowledged record lies behind that many zeros;
+/// only ASYNC data whose earlier pages never reached the disk could, and the tail is cut.
+const ZERO_RUN_LIMIT: usize = 64 << 20;
+
+/// Bytes examined at a time by the search.
+const SEARCH_CHUNK: usize = 64 << 10;
+
 /// The first record start after damage at `pos` of `segments[idx]`: the next position, in
 /// this segment or a later one, where a record verifies and names its own physical offset (a
-/// stale or random byte pattern practically never does both). The search starts a marker's
-/// length on, so that the damaged range can always hold its marker.
+/// stale or random byte pattern practically never does both), or `None` when none follows
+/// before [`ZERO_RUN_LIMIT`] zeros. The search starts a marker's length on, so that the
+/// damaged range can always hold its marker.
 fn next_record(
     segments: &[Arc<MappedFile>],
     idx: usize,
@@ -526,6 +537,7 @@ fn next_record(
     require_record_crc: bool,
 ) -> Option<(usize, u64)> {
     let finder = memchr::memmem::Finder::new(&RECORD_MAGIC_PREFIX);
+    let mut zeros = 0usize;
     for (j, seg) in segments.iter().enumerate().skip(idx) {
         let data = seg.all();
         let from = if j == idx {
@@ -533,19 +545,36 @@ fn next_record(
         } else {
             0
         };
-        // The magic sits 4 bytes into a record.
-        let mut at = from + 4;
-        while at < data.len() {
-            let Some(hit) = finder.find(&data[at..]) else {
-                break;
-            };
-            let record = (at + hit - 4) as u64;
-            // A range that ends inside a later segment must leave room for its marker.
-            let room = j == idx || record == 0 || record >= END_FILE_MIN_BLANK_LENGTH as u64;
-            if room && record_starts_at(seg, record, require_record_crc) {
-                return Some((j, record));
+        let mut chunk_start = from;
+        while chunk_start < data.len() {
+            let chunk_end = (chunk_start + SEARCH_CHUNK).min(data.len());
+            if data[chunk_start..chunk_end].iter().all(|b| *b == 0) {
+                zeros += chunk_end - chunk_start;
+                if zeros >= ZERO_RUN_LIMIT {
+                    return None;
+                }
+                chunk_start = chunk_end;
+                continue;
             }
-            at += hit + 1;
+            zeros = 0;
+            // Magics (4 bytes into a record) starting in this chunk; a record starting just
+            // before the chunk is found through its magic here.
+            let window_end = (chunk_end + RECORD_MAGIC_PREFIX.len() - 1).min(data.len());
+            for hit in finder.find_iter(&data[chunk_start..window_end]) {
+                let Some(record) = (chunk_start + hit).checked_sub(4) else {
+                    continue;
+                };
+                if record < from {
+                    continue;
+                }
+                let record = record as u64;
+                // A range that ends inside a later segment must leave room for its marker.
+                let room = j == idx || record == 0 || record >= END_FILE_MIN_BLANK_LENGTH as u64;
+                if room && record_starts_at(seg, record, require_record_crc) {
+                    return Some((j, record));
+                }
+            }
+            chunk_start = chunk_end;
         }
     }
     None

@@ -44,7 +44,8 @@ pub struct MappedFile {
     map: MmapRaw,
     /// Bytes below this position have been msync'ed.
     flushed: AtomicU64,
-    _file: File,
+    /// The open file (kept for the mapping's lifetime, and for fallocate).
+    file: File,
 }
 
 impl std::fmt::Debug for MappedFile {
@@ -139,7 +140,7 @@ impl MappedFile {
             size,
             map,
             flushed: AtomicU64::new(0),
-            _file: file,
+            file,
         })
     }
 
@@ -218,6 +219,12 @@ impl MappedFile {
     pub(crate) unsafe fn zero_range(&self, pos: u64, len: u64) {
         const PAGE: u64 = 4096;
         let end = pos.saturating_add(len).min(self.size);
+        if end <= pos {
+            return;
+        }
+        if end - pos >= 1 << 20 && self.zero_range_in_place(pos, end - pos) {
+            return;
+        }
         let mut at = pos;
         while at < end {
             let stop = (at - at % PAGE + PAGE).min(end);
@@ -228,6 +235,23 @@ impl MappedFile {
             }
             at = stop;
         }
+    }
+
+    /// Zeroes a large range through the filesystem (`FALLOC_FL_ZERO_RANGE`: the blocks become
+    /// unwritten extents and the page cache of the range is dropped, without reading or
+    /// writing it); `false` where the filesystem cannot (then the caller zeroes by hand).
+    fn zero_range_in_place(&self, pos: u64, len: u64) -> bool {
+        // SAFETY: plain syscall on the owned descriptor; the range lies within the file, whose
+        // size it keeps.
+        let rc = unsafe {
+            libc::fallocate(
+                self.file.as_raw_fd(),
+                libc::FALLOC_FL_ZERO_RANGE | libc::FALLOC_FL_KEEP_SIZE,
+                pos as libc::off_t,
+                len as libc::off_t,
+            )
+        };
+        rc == 0
     }
 
     /// Reads `len` bytes at `pos`. Callers read only published ranges.
@@ -418,6 +442,38 @@ mod tests {
         let meta = std::fs::metadata(f.path()).unwrap();
         assert_eq!(meta.len(), 1 << 20);
         assert!(meta.blocks() * 512 >= 1 << 20, "blocks are allocated");
+    }
+
+    #[test]
+    fn zero_range_clears_exactly_the_range_through_the_mapping() {
+        let dir = tempfile::tempdir().unwrap();
+        let size = 4u64 << 20;
+        let f = MappedFile::open(dir.path(), 0, size).unwrap();
+        let data: Vec<u8> = (0..size).map(|i| (i % 251) as u8 | 1).collect();
+        // SAFETY: this test is the file's only reader and writer.
+        unsafe { f.write(0, &data) };
+        f.flush_all().unwrap();
+        // Large enough for the in-place path, unaligned at both ends.
+        let (pos, len) = (4097u64, (3u64 << 20) + 123);
+        // SAFETY: as above.
+        unsafe { f.zero_range(pos, len) };
+        let all = f.all();
+        assert!(all[pos as usize..(pos + len) as usize]
+            .iter()
+            .all(|b| *b == 0));
+        assert_eq!(&all[..pos as usize], &data[..pos as usize]);
+        assert_eq!(&all[(pos + len) as usize..], &data[(pos + len) as usize..]);
+        // And on disk, after a fresh mapping.
+        f.flush_all().unwrap();
+        drop(f);
+        let on_disk = std::fs::read(dir.path().join(file_name(0))).unwrap();
+        assert!(on_disk[pos as usize..(pos + len) as usize]
+            .iter()
+            .all(|b| *b == 0));
+        assert_eq!(
+            &on_disk[(pos + len) as usize..],
+            &data[(pos + len) as usize..]
+        );
     }
 
     #[test]

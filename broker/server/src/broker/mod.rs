@@ -188,6 +188,14 @@ impl Broker {
             delay_levels.len() as i32,
             guard.clone(),
         )?);
+        let restored = topics.restore_missing(store.queues());
+        if !restored.is_empty() {
+            tracing::warn!(
+                ?restored,
+                "topics with stored messages but no saved config restored from the store"
+            );
+            topics.persist_if_dirty()?;
+        }
         let groups = Arc::new(SubscriptionGroupManager::load(
             &config_dir,
             config.auto_create_subscription_group,

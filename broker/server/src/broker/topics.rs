@@ -225,6 +225,30 @@ impl TopicConfigManager {
         Ok(Some(config))
     }
 
+    /// Restores the config of every topic the store holds queues of but the table lacks, with
+    /// as many queues as the store has (read-write), and returns their names. An
+    /// auto-created topic is saved in the background, so a crash right after its first
+    /// messages could leave them stored but their topic unknown (consumers would get
+    /// TOPIC_NOT_EXIST): the store's queues are the evidence that the topic existed.
+    pub fn restore_missing(&self, queues: impl IntoIterator<Item = (String, i32)>) -> Vec<String> {
+        let mut highest: BTreeMap<String, i32> = BTreeMap::new();
+        for (topic, queue_id) in queues {
+            let h = highest.entry(topic).or_insert(queue_id);
+            *h = (*h).max(queue_id);
+        }
+        let mut s = self.state.write().unwrap_or_else(|e| e.into_inner());
+        let mut restored = Vec::new();
+        for (topic, max_queue_id) in highest {
+            if s.topic_config_table.contains_key(&topic) {
+                continue;
+            }
+            let config = topic_config(&topic, max_queue_id + 1, perm::READ_WRITE);
+            self.insert_auto(&mut s, config);
+            restored.push(topic);
+        }
+        restored
+    }
+
     /// Ensures a system-managed topic (retry, DLQ, transaction checks) exists with `queues`
     /// queues; `true` when it was created now. Not limited: callers create these only for
     /// groups that exist.

@@ -4,6 +4,8 @@
 //! deadlines (no fixed sleeps as synchronisation).
 #![allow(dead_code)]
 
+pub mod child;
+
 use std::future::Future;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};

@@ -1,0 +1,140 @@
+//! A `conveyor standalone` child process for tests that need a real process: SIGKILL,
+//! power loss, resource limits. Its output goes to a log file whose tail failure messages show.
+
+use std::net::{SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::http_get;
+
+/// The broker child process; killed (SIGKILL) when dropped.
+pub struct Broker {
+    /// The process, until killed.
+    pub child: Option<Child>,
+    /// Its name server address.
+    pub namesrv: SocketAddr,
+    /// Its broker address.
+    pub broker: SocketAddr,
+    /// Its HTTP probe address.
+    pub http: SocketAddr,
+    /// Its log file.
+    pub log: PathBuf,
+}
+
+impl Broker {
+    /// Starts `conveyor standalone` on `data` with `config` (a settings file), logging to
+    /// `log`, and waits until `/readyz` answers 200; retries if a probed port was taken
+    /// meanwhile.
+    pub async fn start(data: &Path, config: &Path, log: &Path) -> Broker {
+        let mut last = String::new();
+        for _ in 0..3 {
+            let mut b = Self::spawn(data, config, log);
+            let deadline = Instant::now() + Duration::from_secs(60);
+            let ready = loop {
+                if let Some(status) = b.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
+                    break Err(format!("exited with {status}"));
+                }
+                if let Ok((200, _)) = http_get(b.http, "/readyz").await {
+                    break Ok(());
+                }
+                if Instant::now() >= deadline {
+                    break Err("not ready in 60 s".to_string());
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            };
+            match ready {
+                Ok(()) => return b,
+                Err(e) => last = format!("{e}\n{}", b.log_tail()),
+            }
+        }
+        panic!("conveyor standalone never became ready: {last}");
+    }
+
+    fn spawn(data: &Path, config: &Path, log: &Path) -> Broker {
+        let addr = |p: u16| SocketAddr::from(([127, 0, 0, 1], p));
+        let (ns, broker, http) = (addr(free_port()), addr(free_port()), addr(free_port()));
+        let log_file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log)
+            .expect("log file");
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_conveyor"));
+        for (k, _) in std::env::vars() {
+            if k.starts_with("CONVEYOR_") {
+                cmd.env_remove(k);
+            }
+        }
+        let child = cmd
+            .arg("standalone")
+            .arg("--config")
+            .arg(config)
+            .arg("--data-dir")
+            .arg(data)
+            .arg("--namesrv-listen")
+            .arg(ns.to_string())
+            .arg("--listen")
+            .arg(broker.to_string())
+            .arg("--http-listen")
+            .arg(http.to_string())
+            .env("CONVEYOR_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(log_file.try_clone().expect("log"))
+            .stderr(log_file)
+            .spawn()
+            .expect("spawn conveyor");
+        Broker {
+            child: Some(child),
+            namesrv: ns,
+            broker,
+            http,
+            log: log.to_path_buf(),
+        }
+    }
+
+    /// The process id, while running.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// The last 4,000 bytes of the log.
+    pub fn log_tail(&self) -> String {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let start = text.len().saturating_sub(4000);
+        let start = (start..text.len())
+            .find(|&i| text.is_char_boundary(i))
+            .unwrap_or(text.len());
+        text[start..].to_string()
+    }
+
+    /// SIGKILL (no cleanup of any kind in the broker) and reap.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Sends SIGKILL without waiting for the process to be gone (a plug may follow at once).
+    pub fn sigkill(&mut self) -> Child {
+        let mut c = self.child.take().expect("broker running");
+        c.kill().expect("SIGKILL the broker");
+        c
+    }
+}
+
+impl Drop for Broker {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// A port that was free a moment ago.
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("bind port 0")
+        .port()
+}
