@@ -457,6 +457,22 @@ impl CommitLog {
         })
     }
 
+    /// Whether `[from, to)` is in memory (see [`MappedFile::is_resident`]).
+    pub fn is_resident(&self, from: u64, to: u64) -> bool {
+        let mut at = from;
+        while at < to {
+            let Some(seg) = self.segment_at(at) else {
+                return true;
+            };
+            let stop = to.min(seg.end());
+            if !seg.is_resident(at - seg.base(), stop - at) {
+                return false;
+            }
+            at = stop;
+        }
+        true
+    }
+
     /// Reads the record starting at `phys`, checking it really is a record start. Returns
     /// `None` for offsets that are not a record boundary (bad input from a client).
     pub fn read_record_at(&self, phys: u64) -> Option<RecordSlice> {

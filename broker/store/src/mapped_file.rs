@@ -292,6 +292,28 @@ impl MappedFile {
         }
     }
 
+    /// Whether every page of `[pos, pos + len)` is in memory (mincore), so that reading it
+    /// cannot block on the disk. `true` for an empty range or when the kernel cannot say.
+    pub fn is_resident(&self, pos: u64, len: u64) -> bool {
+        const PAGE: u64 = 4096;
+        let start = pos - pos % PAGE;
+        let end = (pos + len).min(self.size);
+        if end <= start {
+            return true;
+        }
+        let pages = (end - start).div_ceil(PAGE) as usize;
+        let mut residency = vec![0u8; pages];
+        // SAFETY: the range lies inside this mapping and `residency` has one byte per page.
+        let rc = unsafe {
+            libc::mincore(
+                self.map.as_mut_ptr().add(start as usize).cast(),
+                (end - start) as usize,
+                residency.as_mut_ptr(),
+            )
+        };
+        rc != 0 || residency.iter().all(|r| r & 1 == 1)
+    }
+
     /// Position below which bytes are durable.
     pub fn flushed(&self) -> u64 {
         self.flushed.load(Ordering::Acquire)
@@ -474,6 +496,33 @@ mod tests {
             &on_disk[(pos + len) as usize..],
             &data[(pos + len) as usize..]
         );
+    }
+
+    #[test]
+    fn residency_follows_the_page_cache() {
+        use std::os::fd::AsRawFd;
+        let dir = tempfile::tempdir().unwrap();
+        let f = MappedFile::open(dir.path(), 0, 1 << 20).unwrap();
+        // SAFETY: this test is the file's only reader and writer.
+        unsafe { f.write(0, &[7u8; 64 << 10]) };
+        assert!(f.is_resident(0, 64 << 10), "just written");
+        f.flush_all().unwrap();
+        // Evict the (now clean) pages, as memory pressure would: unmap them from this process,
+        // then drop them from the page cache.
+        // SAFETY: the range lies in the mapping; DONTNEED on a shared file mapping only drops
+        // the page table entries (the content stays in the file).
+        let rc = unsafe { libc::madvise(f.map.as_mut_ptr().cast(), 64 << 10, libc::MADV_DONTNEED) };
+        assert_eq!(rc, 0);
+        // SAFETY: plain syscall on the file's own descriptor.
+        let rc =
+            unsafe { libc::posix_fadvise(f.file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+        assert_eq!(rc, 0);
+        assert!(
+            !f.is_resident(0, 64 << 10),
+            "evicted pages are reported cold"
+        );
+        let _ = f.read(0, 64 << 10).iter().map(|b| *b as u64).sum::<u64>();
+        assert!(f.is_resident(0, 64 << 10), "read back in");
     }
 
     #[test]

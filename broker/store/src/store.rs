@@ -423,6 +423,27 @@ impl MessageStore {
         result
     }
 
+    /// Whether a read of about `max_bytes` from `offset` of the queue would find its records
+    /// in memory. Callers on an async runtime read cold data on a blocking thread instead: a
+    /// page fault that waits for the disk must not stall a runtime worker (and every request
+    /// it serves).
+    pub fn is_resident(&self, topic: &str, queue_id: i32, offset: i64, max_bytes: usize) -> bool {
+        let Some(entry) = self
+            .core
+            .queues
+            .get(topic, queue_id)
+            .and_then(|cq| cq.get(offset))
+        else {
+            return true;
+        };
+        let log = &self.core.commit_log;
+        let from = entry.physical_offset.max(log.min_offset());
+        let to = from
+            .saturating_add(max_bytes.max(entry.size as usize) as u64)
+            .min(log.max_offset());
+        log.is_resident(from, to)
+    }
+
     /// The record at a commit-log offset (VIEW_MESSAGE_BY_ID, CONSUMER_SEND_MSG_BACK).
     pub fn message_at(&self, physical_offset: u64) -> Option<RecordSlice> {
         if physical_offset < self.core.commit_log.min_offset() {

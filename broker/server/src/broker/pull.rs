@@ -210,8 +210,8 @@ impl PullMessageProcessor {
             tokio::pin!(arrived);
             arrived.as_mut().enable();
             let r = self
-                .store
-                .get_messages(topic, queue_id, offset, max_count, max_bytes, &filter);
+                .read(topic, queue_id, offset, max_count, max_bytes, &filter)
+                .await;
             let (code, next) = pull_code(&r, offset);
             if code == resp::PULL_NOT_FOUND && may_hold && Instant::now() < deadline {
                 let woken = tokio::select! {
@@ -223,12 +223,50 @@ impl PullMessageProcessor {
                 }
                 // Timed out: one last look, then answer.
                 let r = self
-                    .store
-                    .get_messages(topic, queue_id, offset, max_count, max_bytes, &filter);
+                    .read(topic, queue_id, offset, max_count, max_bytes, &filter)
+                    .await;
                 let (code, next) = pull_code(&r, offset);
                 return Ok(self.pull_response(conn, req, code, next, &r).await);
             }
             return Ok(self.pull_response(conn, req, code, next, &r).await);
+        }
+    }
+
+    /// Reads from the store: right here when the records are in memory, on the blocking pool
+    /// when reading them would fault pages in from the disk (a consumer catching up from old
+    /// data must not stall the runtime worker that also serves producers).
+    async fn read(
+        &self,
+        topic: &str,
+        queue_id: i32,
+        offset: i64,
+        max_count: usize,
+        max_bytes: usize,
+        filter: &TagFilter,
+    ) -> GetResult {
+        if self.store.is_resident(topic, queue_id, offset, max_bytes) {
+            return self
+                .store
+                .get_messages(topic, queue_id, offset, max_count, max_bytes, filter);
+        }
+        let (store, owned_topic, owned_filter) =
+            (self.store.clone(), topic.to_string(), filter.clone());
+        let read = tokio::task::spawn_blocking(move || {
+            store.get_messages(
+                &owned_topic,
+                queue_id,
+                offset,
+                max_count,
+                max_bytes,
+                &owned_filter,
+            )
+        });
+        match read.await {
+            Ok(r) => r,
+            // The blocking pool is gone (runtime shutting down): read here.
+            Err(_) => self
+                .store
+                .get_messages(topic, queue_id, offset, max_count, max_bytes, filter),
         }
     }
 
