@@ -211,6 +211,28 @@ impl ConsumeQueue {
         CqEntry::decode(file.read(byte - file.base(), CQ_UNIT as usize))
     }
 
+    /// Whether the entries `[queue_offset, queue_offset + count)` are in memory, so that
+    /// reading them cannot block on the disk.
+    pub fn is_resident(&self, queue_offset: i64, count: usize) -> bool {
+        if queue_offset < 0 {
+            return true;
+        }
+        let from = queue_offset as u64 * CQ_UNIT;
+        let to = from + count as u64 * CQ_UNIT;
+        let mut at = from;
+        while at < to {
+            let Some(file) = self.files.find(at) else {
+                return true;
+            };
+            let stop = to.min(file.end());
+            if !file.is_resident(at - file.base(), stop - at) {
+                return false;
+            }
+            at = stop;
+        }
+        true
+    }
+
     /// One past the last entry.
     pub fn max_offset(&self) -> i64 {
         self.max.load(Ordering::Acquire)

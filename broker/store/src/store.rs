@@ -423,17 +423,26 @@ impl MessageStore {
         result
     }
 
-    /// Whether a read of about `max_bytes` from `offset` of the queue would find its records
-    /// in memory. Callers on an async runtime read cold data on a blocking thread instead: a
+    /// Whether a read of `max_count` entries and about `max_bytes` from `offset` of the queue
+    /// would find its entries and records in memory. Callers on an async runtime read cold data on a blocking thread instead: a
     /// page fault that waits for the disk must not stall a runtime worker (and every request
     /// it serves).
-    pub fn is_resident(&self, topic: &str, queue_id: i32, offset: i64, max_bytes: usize) -> bool {
-        let Some(entry) = self
-            .core
-            .queues
-            .get(topic, queue_id)
-            .and_then(|cq| cq.get(offset))
-        else {
+    pub fn is_resident(
+        &self,
+        topic: &str,
+        queue_id: i32,
+        offset: i64,
+        max_count: usize,
+        max_bytes: usize,
+    ) -> bool {
+        let Some(cq) = self.core.queues.get(topic, queue_id) else {
+            return true;
+        };
+        // The queue's entries first: reading even one entry of a cold file faults.
+        if !cq.is_resident(offset, max_count) {
+            return false;
+        }
+        let Some(entry) = cq.get(offset) else {
             return true;
         };
         let log = &self.core.commit_log;

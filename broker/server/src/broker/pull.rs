@@ -12,6 +12,7 @@ use conveyor_protocol::command::RemotingCommand;
 use conveyor_protocol::header::PullMessageHeader;
 use conveyor_protocol::route::{perm, EXPRESSION_TYPE_SQL92};
 use conveyor_store::{GetResult, GetStatus, MessageStore};
+use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
 use crate::remoting::Connection;
@@ -100,6 +101,10 @@ pub struct PullMessageProcessor {
     stopping: CancellationToken,
     /// Only a master (broker id 0) stores piggy-backed commits, as in RocketMQ.
     commits_offsets: bool,
+    /// Reads of records not in memory running at once (one per core): many consumers
+    /// catching up from the disk then queue here instead of taking every core with page
+    /// faults from the producers and the runtime.
+    cold_reads: Arc<Semaphore>,
 }
 
 impl PullMessageProcessor {
@@ -115,6 +120,9 @@ impl PullMessageProcessor {
             stats: deps.stats,
             stopping: deps.stopping,
             commits_offsets: broker_id == 0,
+            cold_reads: Arc::new(Semaphore::new(
+                std::thread::available_parallelism().map_or(1, |n| n.get()),
+            )),
         }
     }
 
@@ -244,11 +252,19 @@ impl PullMessageProcessor {
         max_bytes: usize,
         filter: &TagFilter,
     ) -> GetResult {
-        if self.store.is_resident(topic, queue_id, offset, max_bytes) {
+        if self
+            .store
+            .is_resident(topic, queue_id, offset, max_count, max_bytes)
+        {
             return self
                 .store
                 .get_messages(topic, queue_id, offset, max_count, max_bytes, filter);
         }
+        let Ok(_permit) = self.cold_reads.acquire().await else {
+            return self
+                .store
+                .get_messages(topic, queue_id, offset, max_count, max_bytes, filter);
+        };
         let (store, owned_topic, owned_filter) =
             (self.store.clone(), topic.to_string(), filter.clone());
         let read = tokio::task::spawn_blocking(move || {
