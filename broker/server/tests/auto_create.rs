@@ -9,26 +9,11 @@ mod common;
 
 use common::{send_request, RawConn, TestServer};
 use conveyor::broker::AutoCreateLimits;
-use conveyor_client::consumer::{pull_sys_flag, PullHeader};
-use conveyor_protocol::code::{request_code, response_code};
+use conveyor_protocol::code::response_code;
 use conveyor_protocol::command::RemotingCommand;
 
 fn pull_request(group: &str, topic: &str) -> RemotingCommand {
-    let h = PullHeader {
-        consumer_group: group.into(),
-        topic: topic.into(),
-        queue_id: 0,
-        queue_offset: 0,
-        max_msg_nums: 1,
-        sys_flag: pull_sys_flag::SUBSCRIPTION,
-        commit_offset: 0,
-        suspend_timeout_millis: 0,
-        subscription: Some("*".into()),
-        sub_version: 0,
-        expression_type: Some("TAG".into()),
-        max_msg_bytes: None,
-    };
-    RemotingCommand::request(request_code::PULL_MESSAGE, h.to_ext_fields())
+    common::pull_request(group, topic, 0, 0)
 }
 
 async fn send(conn: &mut RawConn, topic: &str) -> RemotingCommand {

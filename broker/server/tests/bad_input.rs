@@ -12,7 +12,6 @@ use bytes::{BufMut, Bytes, BytesMut};
 use common::{
     opaque, send_header, send_request, wait_max_offset, RawConn, Read, TestServer, DEADLINE,
 };
-use conveyor_client::consumer::{pull_sys_flag, PullHeader};
 use conveyor_client::{Message, PullStatus, SendStatus};
 use conveyor_protocol::code::{request_code, response_code, SerializeType};
 use conveyor_protocol::command::{ExtFields, RemotingCommand};
@@ -25,21 +24,7 @@ use rand::{Rng, SeedableRng};
 const UNKNOWN_CODE: i32 = 99_999;
 
 fn pull_request(topic: &str, queue_id: i32, offset: i64) -> RemotingCommand {
-    let h = PullHeader {
-        consumer_group: "CG_raw".into(),
-        topic: topic.into(),
-        queue_id,
-        queue_offset: offset,
-        max_msg_nums: 32,
-        sys_flag: pull_sys_flag::SUBSCRIPTION,
-        commit_offset: 0,
-        suspend_timeout_millis: 0,
-        subscription: Some("*".into()),
-        sub_version: 0,
-        expression_type: Some("TAG".into()),
-        max_msg_bytes: None,
-    };
-    RemotingCommand::request(request_code::PULL_MESSAGE, h.to_ext_fields())
+    common::pull_request("CG_raw", topic, queue_id, offset)
 }
 
 fn max_offset_request(topic: &str, queue_id: i32) -> RemotingCommand {

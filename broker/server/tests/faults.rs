@@ -19,8 +19,6 @@ use std::time::Duration;
 use common::*;
 use conveyor_faultfs::{FaultFs, Faults, Target};
 use conveyor_protocol::code::response_code;
-use conveyor_protocol::command::RemotingCommand;
-use conveyor_protocol::message::decode_records;
 use conveyor_store::FlushMode;
 
 const TOPIC: &str = "Faulty";
@@ -40,43 +38,11 @@ fn fuse_or_skip(test: &str) -> bool {
 
 /// Every message of queue 0 from offset 0, by queue offset (body as text).
 async fn read_all(conn: &mut RawConn) -> BTreeMap<i64, String> {
-    let mut out = BTreeMap::new();
-    let mut offset = 0i64;
-    loop {
-        let r = conn.request(pull(offset)).await;
-        if r.code != response_code::SUCCESS {
-            return out;
-        }
-        for m in decode_records(&r.body).expect("records") {
-            out.insert(
-                m.queue_offset,
-                String::from_utf8_lossy(&m.body).into_owned(),
-            );
-        }
-        offset = r.get_i64("nextBeginOffset").expect("nextBeginOffset");
-    }
-}
-
-fn pull(offset: i64) -> RemotingCommand {
-    use conveyor_client::consumer::{pull_sys_flag, PullHeader};
-    let h = PullHeader {
-        consumer_group: "CG_faults".into(),
-        topic: TOPIC.into(),
-        queue_id: 0,
-        queue_offset: offset,
-        max_msg_nums: 32,
-        sys_flag: pull_sys_flag::SUBSCRIPTION,
-        commit_offset: 0,
-        suspend_timeout_millis: 0,
-        subscription: Some("*".into()),
-        sub_version: 0,
-        expression_type: Some("TAG".into()),
-        max_msg_bytes: None,
-    };
-    RemotingCommand::request(
-        conveyor_protocol::code::request_code::PULL_MESSAGE,
-        h.to_ext_fields(),
-    )
+    read_queue(conn, "CG_faults", TOPIC, 0)
+        .await
+        .into_iter()
+        .map(|(offset, body)| (offset, String::from_utf8_lossy(&body).into_owned()))
+        .collect()
 }
 
 /// Sends `body`; returns the response code and, on SEND_OK, the queue offset.

@@ -11,45 +11,13 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use common::child::Broker;
-use common::{send_request, RawConn, DEADLINE};
-use conveyor_client::consumer::{pull_sys_flag, PullHeader};
-use conveyor_protocol::code::{request_code, response_code};
-use conveyor_protocol::command::RemotingCommand;
-use conveyor_protocol::message::decode_records;
+use common::{read_queue, send_request, RawConn, DEADLINE};
+use conveyor_protocol::code::response_code;
 use tokio::time::Instant;
-
-fn pull(topic: &str, offset: i64) -> RemotingCommand {
-    let h = PullHeader {
-        consumer_group: "CG_fd".into(),
-        topic: topic.into(),
-        queue_id: 0,
-        queue_offset: offset,
-        max_msg_nums: 32,
-        sys_flag: pull_sys_flag::SUBSCRIPTION,
-        commit_offset: 0,
-        suspend_timeout_millis: 0,
-        subscription: Some("*".into()),
-        sub_version: 0,
-        expression_type: Some("TAG".into()),
-        max_msg_bytes: None,
-    };
-    RemotingCommand::request(request_code::PULL_MESSAGE, h.to_ext_fields())
-}
 
 /// Bodies of queue 0 of `topic`, by queue offset.
 async fn read_all(conn: &mut RawConn, topic: &str) -> BTreeMap<i64, Vec<u8>> {
-    let mut out = BTreeMap::new();
-    let mut offset = 0;
-    loop {
-        let r = conn.request(pull(topic, offset)).await;
-        if r.code != response_code::SUCCESS {
-            return out;
-        }
-        for m in decode_records(&r.body).expect("records") {
-            out.insert(m.queue_offset, m.body.to_vec());
-        }
-        offset = r.get_i64("nextBeginOffset").expect("nextBeginOffset");
-    }
+    read_queue(conn, "CG_fd", topic, 0).await
 }
 
 /// Sends and returns the acknowledged queue offset.

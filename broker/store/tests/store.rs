@@ -366,14 +366,6 @@ fn an_entry_pointing_at_another_topics_record_is_never_served() {
     assert_eq!(r.next_begin_offset, 2);
 }
 
-fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for e in std::fs::read_dir(from).unwrap() {
-        let e = e.unwrap();
-        std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
-    }
-}
-
 /// Issue 9, defect 1: after an unclean stop, when the index lags the scanned segment (its last
 /// entry lies in an older segment), re-dispatch started at the index's last entry + 1, which is
 /// not a record boundary: the walk failed on its first record, the failure was ignored, and the

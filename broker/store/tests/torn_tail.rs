@@ -34,19 +34,6 @@ fn config(root: &Path) -> StoreConfig {
     cfg
 }
 
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for e in std::fs::read_dir(from).unwrap() {
-        let e = e.unwrap();
-        let target = to.join(e.file_name());
-        if e.file_type().unwrap().is_dir() {
-            copy_dir(&e.path(), &target);
-        } else if e.file_name() != "lock" {
-            std::fs::copy(e.path(), target).unwrap();
-        }
-    }
-}
-
 enum Damage {
     Truncate,
     ZeroTail,

@@ -498,3 +498,48 @@ pub fn send_request(topic: &str, queue_id: i32, body: impl Into<bytes::Bytes>) -
     )
     .with_body(body)
 }
+
+/// A raw PULL_MESSAGE request of `group` for `topic`/`queue_id` from `offset` (32 messages, tag
+/// `*`, no suspension).
+pub fn pull_request(group: &str, topic: &str, queue_id: i32, offset: i64) -> RemotingCommand {
+    use conveyor_client::consumer::{pull_sys_flag, PullHeader};
+    let h = PullHeader {
+        consumer_group: group.into(),
+        topic: topic.into(),
+        queue_id,
+        queue_offset: offset,
+        max_msg_nums: 32,
+        sys_flag: pull_sys_flag::SUBSCRIPTION,
+        commit_offset: 0,
+        suspend_timeout_millis: 0,
+        subscription: Some("*".into()),
+        sub_version: 0,
+        expression_type: Some("TAG".into()),
+        max_msg_bytes: None,
+    };
+    RemotingCommand::request(request_code::PULL_MESSAGE, h.to_ext_fields())
+}
+
+/// Every message body of `topic`/`queue_id` from offset 0 as `group` pulls it, by queue
+/// offset (until a pull finds nothing more).
+pub async fn read_queue(
+    conn: &mut RawConn,
+    group: &str,
+    topic: &str,
+    queue_id: i32,
+) -> std::collections::BTreeMap<i64, Vec<u8>> {
+    let mut out = std::collections::BTreeMap::new();
+    let mut offset = 0;
+    loop {
+        let r = conn
+            .request(pull_request(group, topic, queue_id, offset))
+            .await;
+        if r.code != conveyor_protocol::code::response_code::SUCCESS {
+            return out;
+        }
+        for m in conveyor_protocol::message::decode_records(&r.body).expect("records") {
+            out.insert(m.queue_offset, m.body.to_vec());
+        }
+        offset = r.get_i64("nextBeginOffset").expect("nextBeginOffset");
+    }
+}

@@ -54,3 +54,17 @@ pub fn wait_until(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
         std::thread::sleep(Duration::from_millis(2));
     }
 }
+
+/// Copies a store directory tree (without its `lock` file), as a closed store's snapshot.
+pub fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let target = to.join(e.file_name());
+        if e.file_type().unwrap().is_dir() {
+            copy_dir(&e.path(), &target);
+        } else if e.file_name() != "lock" {
+            std::fs::copy(e.path(), target).unwrap();
+        }
+    }
+}
