@@ -55,9 +55,23 @@ async fn send(conn: &mut RawConn, body: &str) -> (i32, Option<i64>, String) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_fsync_fences_the_store_until_it_is_reopened() {
-    if !fuse_or_skip("a_failed_fsync_fences_the_store_until_it_is_reopened") {
-        return;
+    if fuse_or_skip("a_failed_fsync_fences_the_store_until_it_is_reopened") {
+        fenced_by(|faults, target| faults.fail_fsync(target)).await;
     }
+}
+
+/// EIO on write: the kernel's writeback of the dirty mapped pages fails, which msync reports;
+/// the same fence must follow.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_write_back_fences_the_store_until_it_is_reopened() {
+    if fuse_or_skip("a_failed_write_back_fences_the_store_until_it_is_reopened") {
+        fenced_by(|faults, target| faults.fail_writes(target)).await;
+    }
+}
+
+/// Runs a SYNC producer, switches the commit log's fault on with `inject` and off again, and
+/// checks the fence, the probes and the reopen.
+async fn fenced_by(inject: impl Fn(&conveyor_faultfs::Handle, Option<Target>)) {
     let mount = tempfile::tempdir().unwrap();
     let fs = FaultFs::mount(mount.path(), Faults::default()).expect("mount faultfs");
     let faults = fs.handle();
@@ -77,8 +91,8 @@ async fn a_failed_fsync_fences_the_store_until_it_is_reopened() {
         acked.insert(offset.unwrap(), body);
     }
 
-    // The disk starts failing fsyncs of the commit log: a SYNC send is not acknowledged.
-    faults.fail_fsync(Some(Target::PathContains("/commitlog/".into())));
+    // The disk starts failing for the commit log: a SYNC send is not acknowledged.
+    inject(&faults, Some(Target::PathContains("/commitlog/".into())));
     let (code, _, remark) = send(&mut conn, "during").await;
     assert!(
         code == response_code::FLUSH_DISK_TIMEOUT || code == response_code::SERVICE_NOT_AVAILABLE,
@@ -86,7 +100,7 @@ async fn a_failed_fsync_fences_the_store_until_it_is_reopened() {
     );
     // The disk "recovers": a retried flush could now succeed for pages the kernel already
     // dropped, so the store must keep refusing until it is reopened.
-    faults.fail_fsync(None);
+    inject(&faults, None);
     let (code, _, remark) = send(&mut conn, "after").await;
     assert_eq!(
         code,

@@ -53,7 +53,8 @@ impl Broker {
         panic!("conveyor standalone never became ready: {last}");
     }
 
-    fn spawn(data: &Path, config: &Path, log: &Path) -> Broker {
+    /// Starts the process without waiting for it to be ready.
+    pub fn spawn(data: &Path, config: &Path, log: &Path) -> Broker {
         let addr = |p: u16| SocketAddr::from(([127, 0, 0, 1], p));
         let (ns, broker, http) = (addr(free_port()), addr(free_port()), addr(free_port()));
         let log_file = std::fs::OpenOptions::new()
