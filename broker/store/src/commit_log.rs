@@ -55,6 +55,11 @@ impl QueueOffsetTable {
             .unwrap_or(0)
     }
 
+    /// Forgets every queue of `topic` (deleted: its next message starts at offset 0).
+    pub(crate) fn remove_topic(&mut self, topic: &str) {
+        self.0.remove(topic);
+    }
+
     pub(crate) fn set(&mut self, topic: &str, queue_id: i32, next: i64) {
         match self.0.get_mut(topic) {
             Some(q) => {

@@ -254,6 +254,14 @@ impl ConsumeQueue {
         Ok(())
     }
 
+    /// Deletes every file of the queue (its topic is being deleted).
+    pub(crate) fn delete_files(&self) -> Result<()> {
+        for f in self.files.snapshot() {
+            f.delete()?;
+        }
+        Ok(())
+    }
+
     /// Deletes files (never the last) whose entries all point below `log_min`.
     pub fn delete_expired(&self, log_min: u64) -> Result<usize> {
         self.correct_min(log_min);

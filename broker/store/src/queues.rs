@@ -9,7 +9,8 @@ use std::sync::{Arc, RwLock};
 use conveyor_protocol::naming::validate_topic;
 
 use crate::consume_queue::ConsumeQueue;
-use crate::error::Result;
+use crate::error::{IoContext, Result};
+use crate::mapped_file::sync_dir;
 
 /// Queues by topic, then queue id.
 type Table = HashMap<String, HashMap<i32, Arc<ConsumeQueue>>>;
@@ -99,5 +100,27 @@ impl ConsumeQueueTable {
             .values()
             .flat_map(|m| m.values().cloned())
             .collect()
+    }
+
+    /// Removes every queue of `topic` and deletes their files and directories (RocketMQ's
+    /// deleteTopics). Readers still holding a queue keep its mappings until they drop it; a
+    /// message for the topic dispatched later starts it afresh.
+    pub(crate) fn remove_topic(&self, topic: &str) -> Result<usize> {
+        let removed = self
+            .queues
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(topic)
+            .unwrap_or_default();
+        for cq in removed.values() {
+            cq.delete_files()?;
+        }
+        let topic_dir = self.dir.join(topic);
+        if topic_dir.exists() {
+            std::fs::remove_dir_all(&topic_dir)
+                .ctx(|| format!("delete {}", topic_dir.display()))?;
+            sync_dir(&self.dir)?;
+        }
+        Ok(removed.len())
     }
 }

@@ -423,6 +423,18 @@ impl MessageStore {
         result
     }
 
+    /// Deletes a topic's ConsumeQueues (files and directories) and forgets its queue offsets,
+    /// as RocketMQ's DELETE_TOPIC_IN_BROKER does; its records stay in the CommitLog until
+    /// retention removes them. Returns how many queues went.
+    pub fn delete_topic(&self, topic: &str) -> Result<usize> {
+        self.core
+            .commit_log
+            .lock_append()
+            .queue_offsets
+            .remove_topic(topic);
+        self.core.queues.remove_topic(topic)
+    }
+
     /// Whether a read of `max_count` entries and about `max_bytes` from `offset` of the queue
     /// would find its entries and records in memory. Callers on an async runtime read cold data on a blocking thread instead: a
     /// page fault that waits for the disk must not stall a runtime worker (and every request

@@ -33,7 +33,7 @@ use super::durability::sync_flush;
 use super::groups::{SubscriptionGroupConfig, SubscriptionGroupManager};
 use super::offsets::ConsumerOffsetManager;
 use super::register::NameServerRegistrar;
-use super::reply::{bad_header, error_response, internal, ok, Reply};
+use super::reply::{bad_header, error_response, internal, ok, store_error_response, Reply};
 use super::stats::BrokerStats;
 use super::topics::{self, TopicConfigManager};
 
@@ -197,6 +197,11 @@ impl AdminBrokerProcessor {
         self.topics
             .remove(&h.topic)
             .map_err(|e| error_response(req, resp::SYSTEM_ERROR, e.to_string()))?;
+        // Its queues go too (RocketMQ deletes them): otherwise a restart would restore the
+        // topic from them.
+        self.store
+            .delete_topic(&h.topic)
+            .map_err(|e| store_error_response(req, &e))?;
         self.registrar.register_all().await;
         Ok(ok(req))
     }

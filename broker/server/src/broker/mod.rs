@@ -188,6 +188,11 @@ impl Broker {
             delay_levels.len() as i32,
             guard.clone(),
         )?);
+        // Queues of deleted topics that recovery rebuilt from records still in the log go
+        // again; queues of topics whose config was not saved bring their config back.
+        for topic in topics.deleted() {
+            store.delete_topic(&topic)?;
+        }
         let restored = topics.restore_missing(store.queues());
         if !restored.is_empty() {
             tracing::warn!(

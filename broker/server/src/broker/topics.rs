@@ -61,6 +61,10 @@ struct Persisted {
     topic_config_table: BTreeMap<String, TopicConfig>,
     #[serde(rename = "dataVersion", default)]
     data_version: DataVersion,
+    /// Topics deleted and not created again (Conveyor only): recovery may rebuild their
+    /// ConsumeQueues from records still in the CommitLog, and they must not be restored.
+    #[serde(rename = "deletedTopics", default)]
+    deleted: std::collections::BTreeSet<String>,
 }
 
 /// The broker's topic table.
@@ -172,6 +176,7 @@ impl TopicConfigManager {
     pub fn upsert(&self, config: TopicConfig) -> Result<(), ConfigFileError> {
         {
             let mut s = self.state.write().unwrap_or_else(|e| e.into_inner());
+            s.deleted.remove(&config.topic_name);
             s.topic_config_table
                 .insert(config.topic_name.clone(), config);
             s.data_version.counter += 1;
@@ -185,15 +190,15 @@ impl TopicConfigManager {
         let removed = {
             let mut s = self.state.write().unwrap_or_else(|e| e.into_inner());
             let r = s.topic_config_table.remove(topic).is_some();
+            s.deleted.insert(topic.to_string());
             if r {
                 s.data_version.counter += 1;
                 s.data_version.timestamp = now_ms();
             }
             r
         };
-        if removed {
-            self.persist()?;
-        }
+        // Saved even when the config was gone already: the tombstone must be durable.
+        self.persist()?;
         Ok(removed)
     }
 
@@ -225,8 +230,9 @@ impl TopicConfigManager {
         Ok(Some(config))
     }
 
-    /// Restores the config of every topic the store holds queues of but the table lacks, with
-    /// as many queues as the store has (read-write), and returns their names. An
+    /// Restores the config of every topic the store holds queues of but the table lacks
+    /// (unless it was deleted), with as many queues as the store has (read-write), and returns
+    /// their names. An
     /// auto-created topic is saved in the background, so a crash right after its first
     /// messages could leave them stored but their topic unknown (consumers would get
     /// TOPIC_NOT_EXIST): the store's queues are the evidence that the topic existed.
@@ -239,7 +245,7 @@ impl TopicConfigManager {
         let mut s = self.state.write().unwrap_or_else(|e| e.into_inner());
         let mut restored = Vec::new();
         for (topic, max_queue_id) in highest {
-            if s.topic_config_table.contains_key(&topic) {
+            if s.topic_config_table.contains_key(&topic) || s.deleted.contains(&topic) {
                 continue;
             }
             let config = topic_config(&topic, max_queue_id + 1, perm::READ_WRITE);
@@ -247,6 +253,11 @@ impl TopicConfigManager {
             restored.push(topic);
         }
         restored
+    }
+
+    /// Deleted topics (not created again since).
+    pub fn deleted(&self) -> Vec<String> {
+        self.read().deleted.iter().cloned().collect()
     }
 
     /// Ensures a system-managed topic (retry, DLQ, transaction checks) exists with `queues`
@@ -283,6 +294,7 @@ impl TopicConfigManager {
     /// Inserts an auto-created topic and leaves persisting it to the background persister: a
     /// creation on the request path costs no file rewrite.
     fn insert_auto(&self, s: &mut Persisted, config: TopicConfig) -> TopicConfig {
+        s.deleted.remove(&config.topic_name);
         s.topic_config_table
             .insert(config.topic_name.clone(), config.clone());
         s.data_version.counter += 1;
