@@ -29,6 +29,34 @@ pub const END_FILE_MIN_BLANK_LENGTH: usize = 8;
 /// their start, so that every later walk of the log skips exactly `length` bytes instead of
 /// stopping there. A copy of the original bytes is kept in the store's `quarantine/` folder.
 pub const DAMAGED_MAGIC: u32 = 0xCBD4_3195;
+/// What stands at a CommitLog position instead of a record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Marker {
+    /// The end-of-segment blank ([`BLANK_MAGIC`]): the log goes on at the next segment.
+    SegmentEnd,
+    /// A damaged range of this many bytes ([`DAMAGED_MAGIC`]), records after it.
+    Damaged(u64),
+}
+
+impl Marker {
+    /// The marker at the start of `head` (at least its first 8 bytes), when `rest` bytes of
+    /// the segment remain from there: a blank must cover exactly the rest, a damaged range at
+    /// least a marker and less than the rest (records follow it).
+    pub fn at(head: &[u8], rest: u64) -> Option<Marker> {
+        if head.len() < END_FILE_MIN_BLANK_LENGTH {
+            return None;
+        }
+        let size = u64::from(be_u32(head, 0));
+        match be_u32(head, 4) {
+            BLANK_MAGIC if size == rest => Some(Marker::SegmentEnd),
+            DAMAGED_MAGIC if size >= END_FILE_MIN_BLANK_LENGTH as u64 && size < rest => {
+                Some(Marker::Damaged(size))
+            }
+            _ => None,
+        }
+    }
+}
+
 /// Leading bytes shared by both record magics ([`MAGIC_V1`], [`MAGIC_V2`]): what a search for
 /// the next record start looks for.
 pub const RECORD_MAGIC_PREFIX: [u8; 3] = [0xDA, 0xA3, 0x20];

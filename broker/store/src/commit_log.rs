@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use conveyor_protocol::message::{
-    seal_record, RecordView, BLANK_MAGIC, DAMAGED_MAGIC, END_FILE_MIN_BLANK_LENGTH,
+    seal_record, Marker, RecordView, BLANK_MAGIC, DAMAGED_MAGIC, END_FILE_MIN_BLANK_LENGTH,
     RECORD_MAGIC_PREFIX,
 };
 use conveyor_protocol::sysflag;
@@ -205,26 +205,21 @@ impl CommitLog {
             let data = seg.all();
             let rest = &data[pos as usize..];
             let phys = seg.base() + pos;
-            if rest.len() >= END_FILE_MIN_BLANK_LENGTH {
-                let magic = u32::from_be_bytes([rest[4], rest[5], rest[6], rest[7]]);
-                let size = u32::from_be_bytes([rest[0], rest[1], rest[2], rest[3]]) as usize;
-                if magic == BLANK_MAGIC && size == rest.len() {
-                    if idx + 1 < segments.len() {
-                        idx += 1;
-                        pos = 0;
-                        continue;
-                    }
-                    break seg.end();
-                }
-                if magic == DAMAGED_MAGIC
-                    && size >= END_FILE_MIN_BLANK_LENGTH
-                    && size < rest.len()
-                    && record_starts_at(seg, pos + size as u64, require_record_crc)
-                {
-                    // Skipped by an earlier recovery.
-                    pos += size as u64;
+            match Marker::at(rest, rest.len() as u64) {
+                Some(Marker::SegmentEnd) if idx + 1 < segments.len() => {
+                    idx += 1;
+                    pos = 0;
                     continue;
                 }
+                Some(Marker::SegmentEnd) => break seg.end(),
+                // Skipped by an earlier recovery (and the record after it is intact).
+                Some(Marker::Damaged(size))
+                    if record_starts_at(seg, pos + size, require_record_crc) =>
+                {
+                    pos += size;
+                    continue;
+                }
+                _ => {}
             }
             match RecordView::parse_verified(rest, require_record_crc) {
                 Ok(view) if view.physical_offset() == phys as i64 => {

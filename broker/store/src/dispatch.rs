@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use conveyor_protocol::message::tag_hash_code;
-use conveyor_protocol::message::{keys, RecordView, BLANK_MAGIC, DAMAGED_MAGIC};
+use conveyor_protocol::message::{keys, Marker, RecordView};
 use conveyor_protocol::sysflag;
 
 use crate::consume_queue::CqEntry;
@@ -108,18 +108,17 @@ pub(crate) fn walk(
         let rel = pos - seg.base();
         let avail = (to.min(seg.end()) - pos) as usize;
         let head = seg.read(rel, avail.min(8));
-        if head.len() == 8 {
-            let magic = u32::from_be_bytes([head[4], head[5], head[6], head[7]]);
-            let size = u64::from(u32::from_be_bytes([head[0], head[1], head[2], head[3]]));
-            if magic == BLANK_MAGIC {
+        match Marker::at(head, seg.end() - pos) {
+            Some(Marker::SegmentEnd) => {
                 pos = seg.end();
                 continue;
             }
-            if magic == DAMAGED_MAGIC && size >= 8 && pos + size <= seg.end() {
-                // A range recovery found damaged and kept a copy of; records follow it.
+            // A range recovery found damaged and kept a copy of; records follow it.
+            Some(Marker::Damaged(size)) => {
                 pos += size;
                 continue;
             }
+            None => {}
         }
         match RecordView::parse(seg.read(rel, avail)) {
             Ok(view) => {

@@ -299,12 +299,7 @@ fn an_entry_pointing_at_another_topics_record_is_never_served() {
     let dir = tempfile::tempdir().unwrap();
     // Small segments, and TopicA's records several segments before the end, so that a clean
     // open re-verifies (and re-dispatches) only the last segment, not TopicA's entries.
-    let config = || {
-        let mut cfg = StoreConfig::small(dir.path());
-        cfg.commit_log_segment_size = 64 << 10;
-        cfg.max_message_size = 16 << 10;
-        cfg
-    };
+    let config = || tiny_segments(dir.path());
     let b = {
         let store = open(config());
         for i in 0..2 {
@@ -438,12 +433,7 @@ fn recovery_redispatches_the_tail_when_the_index_lags_behind() {
 #[test]
 fn a_damaged_record_mid_log_keeps_every_record_after_it() {
     let dir = tempfile::tempdir().unwrap();
-    let config = || {
-        let mut cfg = StoreConfig::small(dir.path());
-        cfg.commit_log_segment_size = 64 << 10;
-        cfg.max_message_size = 16 << 10;
-        cfg
-    };
+    let config = || tiny_segments(dir.path());
     let mut placements = Vec::new();
     {
         let store = open(config());
@@ -557,4 +547,13 @@ fn one_queue_that_cannot_be_written_does_not_stop_the_others() {
     assert!(wait_until(Duration::from_secs(10), || store
         .max_offset("Blocked", 0)
         == 6));
+}
+
+/// A small store whose CommitLog rolls every 64 KiB, so that a few hundred messages span
+/// several segments (and a clean open re-verifies only the last ones).
+fn tiny_segments(dir: &std::path::Path) -> StoreConfig {
+    let mut cfg = StoreConfig::small(dir);
+    cfg.commit_log_segment_size = 64 << 10;
+    cfg.max_message_size = 16 << 10;
+    cfg
 }

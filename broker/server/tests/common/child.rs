@@ -110,6 +110,31 @@ impl Broker {
         text[start..].to_string()
     }
 
+    /// Sends SIGTERM and waits (at most `limit`) for the exit status.
+    pub async fn terminate(&mut self, limit: Duration) -> std::process::ExitStatus {
+        let pid = self.pid().expect("broker running") as i32;
+        // SAFETY: kill(2) on the pid of our own child, which has not been reaped yet.
+        let rc = unsafe { libc::kill(pid, libc::SIGTERM) };
+        assert_eq!(rc, 0, "kill(SIGTERM)");
+        let deadline = Instant::now() + limit;
+        loop {
+            if let Some(status) = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten())
+            {
+                self.child = None;
+                return status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no exit within {limit:?} of SIGTERM: {}",
+                self.log_tail()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
     /// SIGKILL (no cleanup of any kind in the broker) and reap.
     pub fn kill(&mut self) {
         if let Some(mut c) = self.child.take() {
