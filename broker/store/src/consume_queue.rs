@@ -111,13 +111,15 @@ impl ConsumeQueue {
         &self,
         log_end: u64,
         is_own: impl Fn(i64, &CqEntry) -> bool,
-    ) -> Result<()> {
+    ) -> Result<Option<u64>> {
         let files = self.files.snapshot();
         let Some(first) = files.first() else {
-            return Ok(());
+            return Ok(None);
         };
         let mut end_byte = first.base();
         let mut garbage_after = false;
+        // CommitLog offset just past the record of the last entry kept (a record boundary).
+        let mut kept_upto = 0u64;
         'files: for file in files.iter().rev() {
             let written = written_slots(file.all());
             for slot in (0..written).rev() {
@@ -131,6 +133,7 @@ impl ConsumeQueue {
                     && is_own((byte / CQ_UNIT) as i64, &entry);
                 if own {
                     end_byte = byte + CQ_UNIT;
+                    kept_upto = entry.physical_offset + u64::from(entry.size);
                     break 'files;
                 }
                 garbage_after = true;
@@ -147,7 +150,12 @@ impl ConsumeQueue {
         }
         self.max
             .store((end_byte / CQ_UNIT) as i64, Ordering::Release);
-        Ok(())
+        // Entries were lost after the last one kept (a damaged queue file): their records may
+        // still be in the log, before the part recovery re-verifies, so the caller must
+        // re-dispatch from just after the kept entry's record or new messages would reuse their
+        // queue offsets. (A queue with no verifiable entry at all gives no such point; it is
+        // not rebuilt from the whole log.)
+        Ok((garbage_after && kept_upto > 0).then_some(kept_upto))
     }
 
     /// Moves the minimum offset past entries whose records are below `log_min` (after

@@ -51,11 +51,14 @@ pub(crate) fn recover(core: &StoreCore, unclean: bool, started: Instant) -> Resu
     let quarantine = core.config.root.join("quarantine");
     let recovered = log.recover(scan_from, require_crc, &quarantine, |_, _| {})?;
     let end = recovered.valid_end;
+    // Where re-dispatch starts: the scanned segment, or earlier where a damaged queue lost
+    // entries whose records lie before it.
+    let mut redispatch_from = scan_from;
     for cq in core.queues.all() {
         // An entry is kept only if it leads to a record of its own queue and offset (or to
         // one retention already deleted, which cannot be checked and was valid when written).
         let min = log.min_offset();
-        cq.recover(end, |queue_offset, entry| {
+        let lost_after = cq.recover(end, |queue_offset, entry| {
             if entry.physical_offset < min {
                 return true;
             }
@@ -70,11 +73,14 @@ pub(crate) fn recover(core: &StoreCore, unclean: bool, started: Instant) -> Resu
                 })
                 .unwrap_or(false)
         })?;
+        if let Some(from) = lost_after {
+            redispatch_from = redispatch_from.min(from.max(log.min_offset()));
+        }
     }
     // ConsumeQueues: re-dispatch the verified tail. `scan_from` is a segment start, so the walk
     // starts on a record boundary; it must reach the end, or records would miss their queue
     // while new messages reused their queue offsets.
-    let reached = dispatch::walk(core, scan_from, end, |phys, view| {
+    let reached = dispatch::walk(core, redispatch_from, end, |phys, view| {
         let targets = Targets {
             consume_queue: true,
             index: false,
