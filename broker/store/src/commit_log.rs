@@ -18,7 +18,7 @@ use conveyor_protocol::message::{
 use conveyor_protocol::sysflag;
 
 use crate::allocate::AllocateService;
-use crate::error::Result;
+use crate::error::{Result, StoreError};
 use crate::mapped_file::{sync_dir, Allocation, MappedFile};
 use crate::mapped_file_queue::{MappedFileQueue, OnGap};
 
@@ -384,6 +384,180 @@ impl CommitLog {
             unsafe { seg.write(pos - seg.base(), &marker) };
         }
         Ok(next)
+    }
+
+    /// Appends bytes a master sent, verbatim, at the same offset they have on the master (a
+    /// slave's CommitLog is a byte copy of its master's). `data` starts at `offset`, which must
+    /// be the write position, and never crosses a segment end. Only whole units are taken: a
+    /// record that verifies and names `offset`-relative position as its own, an end-of-segment
+    /// blank (with the segment's rest), or a damaged-range marker. Returns how many bytes were
+    /// taken: the caller keeps the rest (a record split between two batches) for the next
+    /// call. Queue offsets are learnt from the records, so a promoted slave goes on numbering
+    /// each queue where its master stopped.
+    pub(crate) fn append_replicated(
+        &self,
+        state: &mut AppendState,
+        offset: u64,
+        data: &[u8],
+        require_record_crc: bool,
+    ) -> Result<usize> {
+        if offset != state.write_pos {
+            return Err(StoreError::ReplicaOffset {
+                expected: state.write_pos,
+                got: offset,
+            });
+        }
+        let mut taken = 0usize;
+        while taken < data.len() {
+            let pos = offset + taken as u64;
+            let seg = self.replica_segment(pos)?;
+            let rest_of_segment = seg.end() - pos;
+            let unit = &data[taken..];
+            if unit.len() as u64 > rest_of_segment {
+                return Err(StoreError::ReplicaStream(format!(
+                    "a batch at {pos} runs {} bytes past the end of its segment",
+                    unit.len() as u64 - rest_of_segment
+                )));
+            }
+            let len = match Marker::at(unit, rest_of_segment) {
+                Some(Marker::SegmentEnd) => rest_of_segment as usize,
+                Some(Marker::Damaged(size)) => size as usize,
+                None if unit.len() < 8 => break,
+                None => {
+                    let declared = u32::from_be_bytes([unit[0], unit[1], unit[2], unit[3]]) as u64;
+                    if declared > rest_of_segment || declared < 8 {
+                        return Err(StoreError::ReplicaStream(format!(
+                            "no record, blank or marker at {pos} (declared size {declared})"
+                        )));
+                    }
+                    if (unit.len() as u64) < declared {
+                        break; // the rest of this record comes with the next batch
+                    }
+                    let view =
+                        RecordView::parse_verified(&unit[..declared as usize], require_record_crc)
+                            .map_err(|e| {
+                                StoreError::ReplicaStream(format!(
+                                    "record at {pos} does not verify: {e}"
+                                ))
+                            })?;
+                    if view.physical_offset() != pos as i64 {
+                        return Err(StoreError::ReplicaStream(format!(
+                            "record at {pos} names offset {}",
+                            view.physical_offset()
+                        )));
+                    }
+                    if sysflag::is_consumable(view.sys_flag()) {
+                        let next = view.queue_offset() + 1;
+                        if next > state.queue_offsets.get(view.topic(), view.queue_id()) {
+                            state.queue_offsets.set(view.topic(), view.queue_id(), next);
+                        }
+                    }
+                    declared as usize
+                }
+            };
+            if unit.len() < len {
+                break; // a blank or marker whose covered bytes are not all here yet
+            }
+            // SAFETY: the append lock (`state`) makes this thread the single writer, and
+            // `committed` is advanced past the unit only after the copy.
+            unsafe { seg.write(pos - seg.base(), &unit[..len]) };
+            taken += len;
+            state.write_pos = pos + len as u64;
+        }
+        self.committed.store(state.write_pos, Ordering::Release);
+        Ok(taken)
+    }
+
+    /// The segment a replicated unit at `pos` goes to, appended when `pos` is the end of the
+    /// log (a segment boundary: units never cross one).
+    fn replica_segment(&self, pos: u64) -> Result<Arc<MappedFile>> {
+        if let Some(seg) = self.segment_at(pos) {
+            return Ok(seg);
+        }
+        if !pos.is_multiple_of(self.segment_size()) {
+            return Err(StoreError::ReplicaStream(format!(
+                "offset {pos} is past the last segment but not a segment start"
+            )));
+        }
+        let (next, created) = self.segments.get_or_append(pos, || {
+            let mut file = self.allocator.take(pos)?;
+            file.move_into(self.segments.dir())?;
+            Ok(file)
+        })?;
+        if created {
+            self.names_unsynced.store(true, Ordering::Release);
+        }
+        self.allocator.request(next.end());
+        Ok(next)
+    }
+
+    /// Makes an empty log start at `offset` (a segment start) instead of where it was
+    /// created: a fresh slave of a master whose oldest segments retention already deleted
+    /// copies from the master's first segment on. Refused once the log holds anything.
+    pub(crate) fn restart_empty_at(&self, state: &mut AppendState, offset: u64) -> Result<()> {
+        if state.write_pos == offset {
+            return Ok(());
+        }
+        let base = self.segments.min_offset().unwrap_or(state.write_pos);
+        if state.write_pos != base || !offset.is_multiple_of(self.segment_size()) {
+            return Err(StoreError::ReplicaOffset {
+                expected: state.write_pos,
+                got: offset,
+            });
+        }
+        self.segments.delete_front_all()?;
+        state.write_pos = offset;
+        state.queue_offsets = QueueOffsetTable::default();
+        self.committed.store(offset, Ordering::Release);
+        self.flushed.store(offset, Ordering::Release);
+        self.replica_segment(offset)?;
+        sync_dir(self.segments.dir())
+    }
+
+    /// Bytes of the log from `from` for a replica: at most `max` of them, never past the
+    /// readable end or the end of `from`'s segment. `None` when nothing is readable there
+    /// (below the first segment, or at the end).
+    pub fn read_for_replica(&self, from: u64, max: usize) -> Option<RecordSlice> {
+        let end = self.max_offset();
+        if from >= end {
+            return None;
+        }
+        let file = self.segment_at(from)?;
+        let len = (end.min(file.end()) - from).min(max as u64) as usize;
+        Some(RecordSlice {
+            pos: from - file.base(),
+            file,
+            len,
+        })
+    }
+
+    /// Cuts the log at `offset` (a record boundary at or below the end) while the store runs:
+    /// a former master rejoining as a slave drops what it wrote after the fork. Everything
+    /// from `offset` on is zeroed and later segments are deleted; the append position and the
+    /// readable and durable ends move back to `offset`. The caller holds the append lock
+    /// (`state`) and has stopped the dispatcher; readers must not be served records at or
+    /// past `offset` (the broker is fenced while it truncates).
+    pub(crate) fn truncate_live(&self, state: &mut AppendState, offset: u64) -> Result<()> {
+        let end = self.max_offset();
+        if offset > end || offset < self.min_offset() {
+            return Err(StoreError::Corrupt(format!(
+                "cannot cut the commit log at {offset}: it holds [{}, {end})",
+                self.min_offset()
+            )));
+        }
+        self.committed.store(offset, Ordering::Release);
+        self.flushed.fetch_min(offset, Ordering::AcqRel);
+        // SAFETY: the append lock makes this the only writer; `committed` moved below the cut
+        // first, so no new read starts past it, and the caller fenced readers in flight.
+        let kept = unsafe { self.segments.truncate_to(offset) }?;
+        for seg in kept {
+            if seg.end() > offset {
+                seg.flush_all()?;
+                seg.set_flushed(offset.max(seg.base()) - seg.base());
+            }
+        }
+        state.write_pos = offset;
+        sync_dir(self.segments.dir())
     }
 
     /// Creates the first segment of an empty log (at open, so that the first append does not

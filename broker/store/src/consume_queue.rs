@@ -161,20 +161,43 @@ impl ConsumeQueue {
     /// Moves the minimum offset past entries whose records are below `log_min` (after
     /// retention deleted CommitLog segments).
     pub fn correct_min(&self, log_min: u64) {
+        let lo = self.first_entry_at_or_after(log_min);
+        self.min.fetch_max(lo, Ordering::AcqRel);
+    }
+
+    /// Drops the entries whose records start at or past `log_offset` (the CommitLog was cut
+    /// there while the store runs). Returns the new end.
+    ///
+    /// # Safety
+    /// The caller is the queue's single writer with the dispatcher stopped, and readers are not
+    /// served entries past the cut (the broker is fenced while the store truncates).
+    pub(crate) unsafe fn truncate_live(&self, log_offset: u64) -> Result<i64> {
         let max = self.max_offset();
-        let mut lo = self.min_offset();
-        // Entries are ordered by physical offset: binary search for the first kept one.
-        let mut hi = max;
-        // A hole (a damaged or never-written slot) says nothing: decide by the next entry.
+        let cut = self.first_entry_at_or_after(log_offset);
+        if cut < max {
+            self.max.store(cut, Ordering::Release);
+            // SAFETY: forwarded from the caller.
+            unsafe { self.files.truncate_to(cut as u64 * CQ_UNIT) }?;
+            if self.min.load(Ordering::Acquire) > cut {
+                self.min.store(cut, Ordering::Release);
+            }
+        }
+        Ok(cut.min(max))
+    }
+
+    /// The first queue offset whose entry points at or past `log_offset`: a binary search,
+    /// entries being ordered by physical offset; a hole (a damaged or never-written slot) says
+    /// nothing, so it is decided by the next entry.
+    fn first_entry_at_or_after(&self, log_offset: u64) -> i64 {
+        let (mut lo, mut hi) = (self.min_offset(), self.max_offset());
         while lo < hi {
             let mid = lo + (hi - lo) / 2;
             match (mid..hi).find_map(|n| self.get(n).map(|e| (n, e))) {
-                Some((n, e)) if e.physical_offset < log_min => lo = n + 1,
-                Some(_) => hi = mid,
-                None => hi = mid,
+                Some((n, e)) if e.physical_offset < log_offset => lo = n + 1,
+                _ => hi = mid,
             }
         }
-        self.min.fetch_max(lo, Ordering::AcqRel);
+        lo
     }
 
     /// Writes the entry for `queue_offset`. Rewriting an existing entry with the same content
@@ -199,6 +222,12 @@ impl ConsumeQueue {
             // The first file of a (re)started queue: nothing below it is readable.
             self.min
                 .fetch_max((base / CQ_UNIT) as i64, Ordering::AcqRel);
+        }
+        let max = self.max.load(Ordering::Relaxed);
+        if queue_offset > max && self.min.load(Ordering::Relaxed) == max {
+            // The first entry of a queue that starts past its first slot (a slave that copies
+            // its master from a later segment on): nothing below it was ever written here.
+            self.min.store(queue_offset, Ordering::Release);
         }
         // SAFETY: single writer (caller); the entry becomes visible only through `max` below,
         // stored with release ordering after the write.

@@ -4,12 +4,13 @@
 
 use std::fs::File;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock, RwLock};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, RwLock};
 
 use crate::checkpoint::Checkpoint;
 use crate::commit_log::CommitLog;
 use crate::config::StoreConfig;
 use crate::disk::DiskGuard;
+use crate::epoch::EpochHistory;
 use crate::flush::FlushService;
 use crate::index::IndexService;
 use crate::queues::ConsumeQueueTable;
@@ -35,6 +36,20 @@ pub(crate) struct StoreCore {
     /// (`u64::MAX` when none): the checkpoint never claims past it, so a restart re-dispatches
     /// it.
     pub(crate) dispatch_floor: AtomicU64,
+    /// The high watermark (RocketMQ's `confirmOffset`): the dispatcher never goes past it, so
+    /// no consumer sees a record before the replicas that must hold it do. `u64::MAX` when
+    /// nothing holds dispatch back (no synchronous replication).
+    pub(crate) confirm: AtomicU64,
+    /// Held by the dispatcher while it walks, and by a live truncation so that the two never
+    /// overlap. Taken after the append lock, never before it.
+    pub(crate) dispatch_lock: Mutex<()>,
+    /// Woken after every append, for replication senders waiting for new bytes.
+    pub(crate) appended: tokio::sync::Notify,
+    /// The master terms that wrote the log (persisted in the epoch file); changed under the
+    /// append lock so that a term's start offset is exact.
+    pub(crate) epochs: Mutex<EpochHistory>,
+    /// Held while the checkpoint file is written.
+    checkpoint_lock: Mutex<()>,
     /// SYNC group commit and the ASYNC flusher.
     pub(crate) flush: FlushService,
     /// Set on shutdown; background threads sleep on it.
@@ -57,6 +72,7 @@ impl StoreCore {
         queues: ConsumeQueueTable,
         index: Option<IndexService>,
         lock: File,
+        epochs: EpochHistory,
     ) -> Self {
         Self {
             disk: DiskGuard::new(&config.root, config.disk_full_ratio),
@@ -66,6 +82,11 @@ impl StoreCore {
             index,
             dispatched: AtomicU64::new(0),
             dispatch_floor: AtomicU64::new(u64::MAX),
+            confirm: AtomicU64::new(u64::MAX),
+            dispatch_lock: Mutex::new(()),
+            appended: tokio::sync::Notify::new(),
+            epochs: Mutex::new(epochs),
+            checkpoint_lock: Mutex::new(()),
             flush: FlushService::default(),
             shutdown: ShutdownSignal::default(),
             listener: RwLock::new(None),
@@ -82,13 +103,28 @@ impl StoreCore {
             .clone()
     }
 
+    /// The dispatch lock (see `dispatch_lock`).
+    pub(crate) fn lock_dispatch(&self) -> MutexGuard<'_, ()> {
+        self.dispatch_lock.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The epoch history.
+    pub(crate) fn lock_epochs(&self) -> MutexGuard<'_, EpochHistory> {
+        self.epochs.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     /// Sets the arrival listener.
     pub(crate) fn set_arrival_listener(&self, listener: ArrivalListener) {
         *self.listener.write().unwrap_or_else(|e| e.into_inner()) = Some(listener);
     }
 
-    /// Flushes ConsumeQueues and the index, then records what is durable.
+    /// Flushes ConsumeQueues and the index, then records what is durable. Serialised: the
+    /// checkpoint thread and a live truncation both write it, through one temp file.
     pub(crate) fn checkpoint(&self) -> crate::Result<()> {
+        let _one_writer = self
+            .checkpoint_lock
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
         let dispatched = self
             .dispatched
             .load(Ordering::Acquire)

@@ -225,8 +225,15 @@ pub(crate) fn run(core: &StoreCore) {
         stalled.retry_due(core, from);
         core.dispatch_floor
             .store(stalled.floor(), Ordering::Release);
-        let to = core.commit_log.max_offset();
+        let to = core
+            .commit_log
+            .max_offset()
+            .min(core.confirm.load(Ordering::Acquire));
         if from < to {
+            let guard = core.lock_dispatch();
+            // A live truncation may have moved `dispatched` back meanwhile.
+            let from = core.dispatched.load(Ordering::Acquire);
+            let to = to.min(core.commit_log.max_offset());
             let reached = walk(core, from, to, |phys, view| {
                 stalled.dispatch(core, phys, view);
                 // Publish per record so long-polling consumers see it right away.
@@ -241,6 +248,7 @@ pub(crate) fn run(core: &StoreCore) {
                 .dispatched
                 .fetch_max(reached, Ordering::AcqRel)
                 .max(reached);
+            drop(guard);
             if reached < to {
                 // An unparsable record below the committed end (`walk` logged it): wait for
                 // an operator rather than spin.

@@ -55,6 +55,22 @@ pub enum StoreError {
     /// store refuses writes until it is reopened and recovery re-verifies the log.
     #[error("commit log flush failed ({0}); writes are refused until the store is reopened")]
     FlushFailed(String),
+    /// A replicated append did not start at the replica's write position (the stream and the
+    /// replica disagree on where the log ends; the replication connection starts over).
+    #[error("replicated bytes start at {got}, but the commit log ends at {expected}")]
+    ReplicaOffset {
+        /// The replica's write position.
+        expected: u64,
+        /// Where the bytes start.
+        got: u64,
+    },
+    /// Replicated bytes that are not whole verified records, blanks or markers at their
+    /// offsets (a damaged stream or a master with another log).
+    #[error("bad replication stream: {0}")]
+    ReplicaStream(String),
+    /// A master term that would go backwards (a stale master or controller).
+    #[error(transparent)]
+    Epoch(#[from] crate::epoch::EpochError),
 }
 
 /// Store result.

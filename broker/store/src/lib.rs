@@ -9,10 +9,11 @@
 //!
 //! Module layering (no module imports one that imports it): `mapped_file` ←
 //! `mapped_file_queue` ← `commit_log`/`consume_queue` ← `core` (shared state) ← `dispatch`,
-//! `retention`, `prefault`, `recovery` ← `services` ← `store` (the facade).
+//! `retention`, `prefault`, `recovery` ← `replica` ← `services` ← `store` (the facade).
+//! `epoch` (master terms) is a leaf that `core` holds.
 //!
 //! On disk (like RocketMQ's): `commitlog/`, `consumequeue/<topic>/<queueId>/`, `index/`,
-//! `config/`, `checkpoint`, `abort`, `lock`.
+//! `config/`, `checkpoint`, `epochFileCheckpoint`, `abort`, `lock`.
 #![warn(missing_docs)]
 
 mod allocate;
@@ -23,6 +24,7 @@ pub mod consume_queue;
 mod core;
 mod disk;
 mod dispatch;
+pub mod epoch;
 pub mod error;
 mod filter;
 mod flush;
@@ -32,6 +34,7 @@ mod mapped_file_queue;
 mod prefault;
 mod queues;
 mod recovery;
+mod replica;
 mod retention;
 mod services;
 mod shutdown;
@@ -42,6 +45,7 @@ pub use config::{FlushMode, StoreConfig};
 pub use consume_queue::CqEntry;
 pub use core::ArrivalListener;
 pub use disk::disk_usage;
+pub use epoch::{EpochEntry, EpochHistory};
 pub use error::{Result, StoreError};
 pub use filter::{AcceptAll, MessageFilter};
 pub use flush::FlushTicket;

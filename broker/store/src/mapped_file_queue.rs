@@ -238,6 +238,16 @@ impl MappedFileQueue {
         Ok(removed)
     }
 
+    /// Deletes every file (an empty CommitLog restarting at another offset).
+    pub(crate) fn delete_front_all(&self) -> Result<()> {
+        let mut files = self.files.write().unwrap_or_else(|e| e.into_inner());
+        for f in files.drain(..) {
+            f.delete()?;
+        }
+        drop(files);
+        sync_dir(&self.dir)
+    }
+
     /// Flushes `[from, upto)` of the run, oldest file first.
     pub(crate) fn flush(&self, from: u64, upto: u64) -> Result<()> {
         for f in self.snapshot() {

@@ -14,6 +14,7 @@ use conveyor_protocol::time::now_ms;
 use crate::commit_log::{CommitLog, EncodedBatch, Placement, RecordSlice};
 use crate::config::{FlushMode, StoreConfig};
 use crate::core::{ArrivalListener, StoreCore};
+use crate::epoch::{EpochEntry, EpochFile, EpochHistory};
 use crate::error::{IoContext, Result, StoreError};
 use crate::filter::MessageFilter;
 use crate::flush::FlushTicket;
@@ -21,6 +22,7 @@ use crate::index::IndexService;
 use crate::mapped_file::{sync_dir, Allocation};
 use crate::queues::ConsumeQueueTable;
 use crate::recovery::{self, RecoveryReport};
+use crate::replica;
 use crate::retention;
 use crate::services::Services;
 
@@ -168,8 +170,21 @@ impl MessageStore {
         } else {
             None
         };
-        let core = Arc::new(StoreCore::new(config, commit_log, queues, index, lock));
+        let epochs = EpochFile::load(&root)?;
+        let core = Arc::new(StoreCore::new(
+            config, commit_log, queues, index, lock, epochs,
+        ));
         let report = recovery::recover(&core, unclean, started)?;
+        {
+            // Terms that started past the recovered end wrote nothing that survived (a term
+            // starting exactly there is kept: it may simply not have written yet).
+            let mut epochs = core.lock_epochs();
+            let before = epochs.clone();
+            epochs.truncate_from(report.valid_end + 1);
+            if *epochs != before {
+                EpochFile::store(&root, &epochs)?;
+            }
+        }
         let store = Self {
             core,
             services: Services::default(),
@@ -255,7 +270,9 @@ impl MessageStore {
             )?;
         }
         // The dispatcher is not woken per append: it polls every millisecond (RocketMQ's reput
-        // service does the same), which keeps context switches off the append path.
+        // service does the same), which keeps context switches off the append path. Replication
+        // senders are woken, so that a synchronous replica's round trip starts at once.
+        core.appended.notify_waiters();
         Ok(placements)
     }
 
@@ -301,6 +318,64 @@ impl MessageStore {
     /// for async callers (the broker) that wait without blocking a thread.
     pub fn request_flush(&self, end: u64) -> FlushTicket {
         self.core.flush.ticket(&self.core.commit_log, end)
+    }
+
+    /// Appends bytes a master sent at `offset` verbatim (a slave); returns how many were
+    /// taken, the rest being an incomplete record the caller passes again with the next bytes.
+    pub fn append_replicated(&self, offset: u64, data: &[u8]) -> Result<usize> {
+        replica::append_replicated(&self.core, offset, data)
+    }
+
+    /// Makes an empty store start its log at `offset` (a segment start), so that a fresh
+    /// slave can copy a master whose oldest segments are already deleted.
+    pub fn start_empty_at(&self, offset: u64) -> Result<()> {
+        replica::start_empty_at(&self.core, offset)
+    }
+
+    /// CommitLog bytes from `from` for a replica (at most `max`, never past the readable end
+    /// or `from`'s segment end).
+    pub fn read_for_replica(&self, from: u64, max: usize) -> Option<RecordSlice> {
+        self.core.commit_log.read_for_replica(from, max)
+    }
+
+    /// Completes when something is appended after the call started (a replication sender
+    /// waiting for new bytes; check the end again after creating the future).
+    pub fn appended(&self) -> tokio::sync::futures::Notified<'_> {
+        self.core.appended.notified()
+    }
+
+    /// Sets the high watermark: no record at or past `offset` reaches a ConsumeQueue (so no
+    /// consumer sees it) until it rises. `u64::MAX` lifts it.
+    pub fn set_confirm_offset(&self, offset: u64) {
+        self.core.confirm.store(offset, Ordering::Release);
+    }
+
+    /// The high watermark (`u64::MAX` when none holds dispatch back).
+    pub fn confirm_offset(&self) -> u64 {
+        self.core.confirm.load(Ordering::Acquire)
+    }
+
+    /// The master terms that wrote the log.
+    pub fn epochs(&self) -> EpochHistory {
+        self.core.lock_epochs().clone()
+    }
+
+    /// Starts master term `epoch` at the log's end (persisted); the current term again is a
+    /// no-op, an older one refused.
+    pub fn begin_epoch(&self, epoch: u32) -> Result<EpochEntry> {
+        replica::begin_epoch(&self.core, epoch)
+    }
+
+    /// Records on a slave that the master's term `epoch` starts at `start`.
+    pub fn follow_epoch(&self, epoch: u32, start: u64) -> Result<()> {
+        replica::follow_epoch(&self.core, epoch, start)
+    }
+
+    /// Cuts the whole store back to `offset` (a record boundary) while it runs: a former master
+    /// drops what it wrote after the point it shares with the new master. The caller serves
+    /// no reads or writes meanwhile.
+    pub fn truncate_to(&self, offset: u64) -> Result<()> {
+        replica::truncate_to(&self.core, offset)
     }
 
     /// Reads up to `max_count` messages (and about `max_bytes`) from a queue starting at
@@ -605,7 +680,7 @@ impl MessageStore {
     /// Waits until everything appended so far is dispatched (tests and shutdown).
     pub fn wait_dispatched(&self, timeout: Duration) -> bool {
         let deadline = Instant::now() + timeout;
-        let target = self.commit_log_max_offset();
+        let target = self.commit_log_max_offset().min(self.confirm_offset());
         while self.dispatched_offset() < target {
             if Instant::now() >= deadline {
                 return false;
