@@ -35,6 +35,8 @@ pub struct AppConfig {
     pub namesrv_listen: SocketAddr,
     /// Broker listen address (Broker, Standalone).
     pub broker_listen: SocketAddr,
+    /// Replication stream listen address (Broker, Standalone).
+    pub replication_listen: SocketAddr,
     /// HTTP probe/metrics listen address; `None` disables it.
     pub http_listen: Option<SocketAddr>,
     /// Broker settings. An empty `advertised_addr` means "derive from the listen address";
@@ -72,6 +74,8 @@ pub struct Running {
     pub namesrv_addr: Option<SocketAddr>,
     /// Where the broker listens, when this process runs one.
     pub broker_addr: Option<SocketAddr>,
+    /// Where the broker's replication stream listens, when this process runs a broker.
+    pub replication_addr: Option<SocketAddr>,
     /// Where the HTTP probes listen, when enabled.
     pub http_addr: Option<SocketAddr>,
     /// The broker, when this process runs one (tests look inside through its small API).
@@ -104,6 +108,7 @@ pub async fn start(mut cfg: AppConfig) -> Result<Running, StartError> {
     let mut running = Running {
         namesrv_addr: None,
         broker_addr: None,
+        replication_addr: None,
         http_addr: None,
         broker: None,
         shutdown: shutdown.clone(),
@@ -133,6 +138,23 @@ pub async fn start(mut cfg: AppConfig) -> Result<Running, StartError> {
         if cfg.broker.advertised_addr.is_empty() {
             cfg.broker.advertised_addr = advertise(addr);
         }
+        let ha_listener = bind(cfg.replication_listen).await?;
+        let ha_addr = ha_listener
+            .local_addr()
+            .map_err(|source| StartError::Bind {
+                addr: cfg.replication_listen,
+                source,
+            })?;
+        if cfg.broker.replication.advertised_addr.is_empty() {
+            // The broker's advertised host with the replication port.
+            let host = cfg
+                .broker
+                .advertised_addr
+                .rsplit_once(':')
+                .map_or("127.0.0.1", |(h, _)| h)
+                .to_string();
+            cfg.broker.replication.advertised_addr = format!("{host}:{}", ha_addr.port());
+        }
         let (broker_cfg, store_cfg) = (cfg.broker.clone(), cfg.store.clone());
         // Opening recovers the store: blocking work, off the async threads.
         let broker = tokio::task::spawn_blocking(move || Broker::open(broker_cfg, store_cfg))
@@ -144,6 +166,13 @@ pub async fn start(mut cfg: AppConfig) -> Result<Running, StartError> {
         tasks.spawn(broker.clone().run_schedule(shutdown.clone()));
         tasks.spawn(broker.clone().run_timer(shutdown.clone()));
         tasks.spawn(broker.clone().run_transaction_checks(shutdown.clone()));
+        tasks.spawn(
+            broker
+                .replication()
+                .clone()
+                .run(ha_listener, shutdown.clone()),
+        );
+        running.replication_addr = Some(ha_addr);
         tasks.spawn(serve(listener, broker, shutdown.clone(), cfg.limits));
         tracing::info!(%addr, advertised = %cfg.broker.advertised_addr, "broker listening");
     }

@@ -13,12 +13,14 @@ use std::time::Duration;
 
 use clap::{Args, ValueEnum};
 use conveyor_settings::{
-    BrokerSection, FlushMode, HttpSection, NamesrvSection, ParseError, Settings, StoreSection,
+    BrokerRole, BrokerSection, FlushMode, HttpSection, NamesrvSection, ParseError,
+    ReplicationSection, Settings, StoreSection,
 };
 use conveyor_store::StoreConfig;
 
 use crate::app::{AppConfig, Role};
 use crate::broker::{AutoCreateLimits, BrokerConfig};
+use crate::ha::ReplicationConfig;
 use crate::remoting::ServeLimits;
 
 /// Flush mode as written on the command line.
@@ -35,6 +37,28 @@ impl From<FlushModeArg> for FlushMode {
         match m {
             FlushModeArg::Sync => FlushMode::Sync,
             FlushModeArg::Async => FlushMode::Async,
+        }
+    }
+}
+
+/// Broker role as written on the command line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+#[value(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum BrokerRoleArg {
+    /// A master that answers SEND_OK once its in-sync replicas hold the message.
+    SyncMaster,
+    /// A master that does not wait for slaves.
+    AsyncMaster,
+    /// A replica of its group's master; refuses writes.
+    Slave,
+}
+
+impl From<BrokerRoleArg> for BrokerRole {
+    fn from(r: BrokerRoleArg) -> Self {
+        match r {
+            BrokerRoleArg::SyncMaster => BrokerRole::SyncMaster,
+            BrokerRoleArg::AsyncMaster => BrokerRole::AsyncMaster,
+            BrokerRoleArg::Slave => BrokerRole::Slave,
         }
     }
 }
@@ -77,6 +101,15 @@ pub struct ServerArgs {
     /// Broker id (0 = master).
     #[arg(long, env = "CONVEYOR_BROKER_ID")]
     pub broker_id: Option<i64>,
+    /// SYNC_MASTER, ASYNC_MASTER or SLAVE (default: ASYNC_MASTER for id 0, SLAVE otherwise).
+    #[arg(long, env = "CONVEYOR_BROKER_ROLE", value_enum)]
+    pub broker_role: Option<BrokerRoleArg>,
+    /// Listen address of the replication stream (default: the broker's port plus one).
+    #[arg(long, env = "CONVEYOR_REPLICATION_LISTEN")]
+    pub replication_listen: Option<SocketAddr>,
+    /// A slave follows this master replication address instead of the name server's answer.
+    #[arg(long, env = "CONVEYOR_MASTER_ADDRESS")]
+    pub master_address: Option<String>,
     /// Create unknown topics on first send.
     #[arg(long, env = "CONVEYOR_AUTO_CREATE_TOPIC")]
     pub auto_create_topic: Option<bool>,
@@ -116,6 +149,16 @@ pub enum SettingsError {
     /// The HTTP listen setting is neither `ip:port` nor `off`.
     #[error("invalid HTTP listen address {0:?} (expected ip:port or \"off\")")]
     Http(String),
+    /// `broker-role` and `broker-id` disagree (RocketMQ: a master has id 0, a slave above 0).
+    #[error("broker-role {role} needs {expected}, but broker-id is {id}")]
+    RoleId {
+        /// The role.
+        role: &'static str,
+        /// What the id must be.
+        expected: &'static str,
+        /// The id set.
+        id: i64,
+    },
 }
 
 /// Reads and parses a settings file.
@@ -158,7 +201,7 @@ impl ServerArgs {
                 cluster_name: self.cluster_name.clone(),
                 broker_name: self.broker_name.clone(),
                 broker_id: self.broker_id,
-                broker_role: None,
+                broker_role: self.broker_role.map(Into::into),
                 namesrv_addrs: self.namesrv_addr.as_deref().map(split_addrs),
                 advertised_addr: self.advertised_addr.clone(),
                 auto_create_topic: self.auto_create_topic,
@@ -174,6 +217,11 @@ impl ServerArgs {
             },
             http: HttpSection {
                 listen: self.http_listen.clone(),
+            },
+            replication: ReplicationSection {
+                listen: self.replication_listen,
+                master_address: self.master_address.clone(),
+                ..Default::default()
             },
         }
     }
@@ -206,6 +254,7 @@ pub fn app_config(role: Role, settings: Settings) -> Result<AppConfig, SettingsE
         broker: b,
         store: s,
         http,
+        replication: r,
     } = settings;
     let d = BrokerConfig::default();
     let broker = BrokerConfig {
@@ -245,6 +294,11 @@ pub fn app_config(role: Role, settings: Settings) -> Result<AppConfig, SettingsE
             .transaction_check_interval_ms
             .unwrap_or(d.transaction_check_interval_ms),
         transaction_check_max: b.transaction_check_max.unwrap_or(d.transaction_check_max),
+        replication: ReplicationConfig::default(),
+    };
+    let broker = BrokerConfig {
+        replication: replication_config(b.broker_role, broker.broker_id, &r)?,
+        ..broker
     };
     let d = StoreConfig::new(
         s.data_dir
@@ -290,14 +344,70 @@ pub fn app_config(role: Role, settings: Settings) -> Result<AppConfig, SettingsE
         Role::Broker | Role::Standalone => b.listen.unwrap_or(default_broker),
         Role::NameServer => default_broker,
     };
+    // The replication stream: `[replication] listen`, else the broker's port plus one (an
+    // ephemeral broker port gets an ephemeral replication port).
+    let replication_listen = r.listen.unwrap_or_else(|| {
+        let port = match broker_listen.port() {
+            0 => 0,
+            p => p.wrapping_add(1),
+        };
+        SocketAddr::new(broker_listen.ip(), port)
+    });
     Ok(AppConfig {
         role,
         namesrv_listen,
         broker_listen,
+        replication_listen,
         http_listen,
         broker,
         store,
         limits: ServeLimits::default(),
+    })
+}
+
+/// The role (from `broker-role`, else from the id: 0 is an ASYNC_MASTER, others slaves)
+/// and the `[replication]` settings over their defaults.
+fn replication_config(
+    role: Option<BrokerRole>,
+    broker_id: i64,
+    r: &ReplicationSection,
+) -> Result<ReplicationConfig, SettingsError> {
+    let role = role.unwrap_or(if broker_id == 0 {
+        BrokerRole::AsyncMaster
+    } else {
+        BrokerRole::Slave
+    });
+    match role {
+        BrokerRole::Slave if broker_id <= 0 => {
+            return Err(SettingsError::RoleId {
+                role: role.as_str(),
+                expected: "an id above 0",
+                id: broker_id,
+            })
+        }
+        BrokerRole::SyncMaster | BrokerRole::AsyncMaster if broker_id != 0 => {
+            return Err(SettingsError::RoleId {
+                role: role.as_str(),
+                expected: "id 0",
+                id: broker_id,
+            })
+        }
+        _ => {}
+    }
+    let d = ReplicationConfig::default();
+    Ok(ReplicationConfig {
+        role,
+        advertised_addr: r.advertised_addr.clone().unwrap_or(d.advertised_addr),
+        master_address: r.master_address.clone().unwrap_or(d.master_address),
+        in_sync_replicas: r.in_sync_replicas.unwrap_or(d.in_sync_replicas),
+        slave_ack: r.slave_ack.unwrap_or(d.slave_ack),
+        slave_timeout_ms: r.slave_timeout_ms.unwrap_or(d.slave_timeout_ms),
+        transfer_batch_bytes: r.transfer_batch_bytes.unwrap_or(d.transfer_batch_bytes),
+        heartbeat_interval_ms: r.heartbeat_interval_ms.unwrap_or(d.heartbeat_interval_ms),
+        housekeeping_interval_ms: r
+            .housekeeping_interval_ms
+            .unwrap_or(d.housekeeping_interval_ms),
+        max_gap_bytes: r.max_gap_bytes.unwrap_or(d.max_gap_bytes),
     })
 }
 

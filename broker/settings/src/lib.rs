@@ -1,7 +1,8 @@
 //! The typed model of Conveyor's TOML settings file (`conveyor … --config FILE`).
 //!
 //! One struct per section — [`NamesrvSection`] (`[namesrv]`), [`BrokerSection`] (`[broker]`),
-//! [`StoreSection`] (`[store]`), [`HttpSection`] (`[http]`) — gathered in [`Settings`]. Every
+//! [`StoreSection`] (`[store]`), [`HttpSection`] (`[http]`), [`ReplicationSection`]
+//! (`[replication]`) — gathered in [`Settings`]. Every
 //! field is an `Option`: `None` means "not set at this layer", so the same types describe the
 //! file, the command line and the environment, and layers combine with one `or` per section
 //! (`higher.or(lower)`). The broker turns the merged layers into its runtime configuration,
@@ -21,8 +22,8 @@ mod sections;
 mod values;
 
 pub use error::ParseError;
-pub use sections::{BrokerSection, HttpSection, NamesrvSection, StoreSection};
-pub use values::{BrokerRole, FlushMode};
+pub use sections::{BrokerSection, HttpSection, NamesrvSection, ReplicationSection, StoreSection};
+pub use values::{BrokerRole, FlushMode, SlaveAck};
 
 use serde::{Deserialize, Serialize};
 
@@ -42,10 +43,13 @@ pub struct Settings {
     /// `[http]`: probes and metrics.
     #[serde(skip_serializing_if = "HttpSection::is_empty")]
     pub http: HttpSection,
+    /// `[replication]`: master/slave replication.
+    #[serde(skip_serializing_if = "ReplicationSection::is_empty")]
+    pub replication: ReplicationSection,
 }
 
 /// Names of the sections, as written in the file.
-pub const SECTIONS: [&str; 4] = ["namesrv", "broker", "store", "http"];
+pub const SECTIONS: [&str; 5] = ["namesrv", "broker", "store", "http", "replication"];
 
 impl Settings {
     /// `self` where set, else `lower` (section by section, key by key).
@@ -56,6 +60,7 @@ impl Settings {
             broker: self.broker.or(lower.broker),
             store: self.store.or(lower.store),
             http: self.http.or(lower.http),
+            replication: self.replication.or(lower.replication),
         }
     }
 
@@ -65,6 +70,7 @@ impl Settings {
             && self.broker.is_empty()
             && self.store.is_empty()
             && self.http.is_empty()
+            && self.replication.is_empty()
     }
 
     /// Parses a settings file. The error names the section, the key and the line at fault.

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use crate::values::{BrokerRole, FlushMode};
+use crate::values::{BrokerRole, FlushMode, SlaveAck};
 
 /// Declares a section: every field becomes an `Option` left out of the output when `None`,
 /// unknown keys are rejected, and `or`/`is_empty` are generated from the field list.
@@ -70,9 +70,10 @@ section! {
         /// `broker-id`: 0 for the master, positive for slaves (`brokerId`). Flag `--broker-id`.
         /// Default `0`.
         pub broker_id: i64,
-        /// `broker-role`: `"SYNC_MASTER"`, `"ASYNC_MASTER"` or `"SLAVE"` (`brokerRole`). Written
-        /// by the operator; accepted and checked but not used by the broker yet (replication is
-        /// not implemented). No flag. Default: unset.
+        /// `broker-role`: `"SYNC_MASTER"`, `"ASYNC_MASTER"` or `"SLAVE"` (`brokerRole`). A
+        /// SYNC_MASTER answers SEND_OK once `[replication] in-sync-replicas` copies hold the
+        /// message; a SLAVE follows its group's master and refuses writes. Flag `--broker-role`.
+        /// Default `"ASYNC_MASTER"` for broker id 0, `"SLAVE"` otherwise.
         pub broker_role: BrokerRole,
         /// `namesrv-addrs`: name servers the broker registers with, as a list of `"host:port"`
         /// (`namesrvAddr`, there one `;`-separated string). Flag `--namesrv-addr "a:9876;b:9876"`.
@@ -177,6 +178,43 @@ section! {
         /// flushes of everything, however few pages are dirty
         /// (`flushCommitLogThoroughInterval`). Default `10000`.
         pub flush_thorough_interval_ms: u64,
+    }
+}
+
+section! {
+    /// `[replication]`: master/slave replication of the CommitLog (RocketMQ's HA settings).
+    pub struct ReplicationSection {
+        /// `listen`: address the replication stream listens on (`haListenPort`). Default: the
+        /// broker's listen address with its port plus one (10912).
+        pub listen: SocketAddr,
+        /// `advertised-addr`: `"ip:port"` slaves use to reach this broker's replication stream,
+        /// sent to the name server as `haServerAddr`. Default: the broker's advertised host
+        /// with the replication port.
+        pub advertised_addr: String,
+        /// `master-address`: a slave follows this `"ip:port"` instead of the master's
+        /// `haServerAddr` learnt from the name server (`haMasterAddress`). Default: unset.
+        pub master_address: String,
+        /// `in-sync-replicas`: copies (the master's included) that must hold a message before
+        /// a SYNC_MASTER answers SEND_OK (`inSyncReplicas`). Default `2` (RocketMQ's default of
+        /// 1 makes SYNC_MASTER wait for nobody).
+        pub in_sync_replicas: usize,
+        /// `slave-ack`: `"write"` or `"flush"`, when a slave acknowledges. Default `"write"`.
+        pub slave_ack: SlaveAck,
+        /// `slave-timeout-ms`: how long a send waits for its slaves before the broker answers
+        /// FLUSH_SLAVE_TIMEOUT (`slaveTimeout`). Default `3000`.
+        pub slave_timeout_ms: u64,
+        /// `transfer-batch-bytes`: most CommitLog bytes in one transfer frame
+        /// (`haTransferBatchSize`). Default `262144`.
+        pub transfer_batch_bytes: usize,
+        /// `heartbeat-interval-ms`: an idle stream sends a heartbeat this often
+        /// (`haSendHeartbeatInterval`). Default `5000`.
+        pub heartbeat_interval_ms: u64,
+        /// `housekeeping-interval-ms`: a stream silent this long is closed
+        /// (`haHousekeepingInterval`). Default `20000`.
+        pub housekeeping_interval_ms: u64,
+        /// `max-gap-bytes`: a slave further behind than this does not count as available; sends
+        /// then get SLAVE_NOT_AVAILABLE at once (`haMaxGapNotInSync`). Default `268435456`.
+        pub max_gap_bytes: u64,
     }
 }
 

@@ -46,3 +46,25 @@ impl BrokerRole {
         }
     }
 }
+
+/// `[replication] slave-ack`: when a slave acknowledges replicated bytes to its master.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SlaveAck {
+    /// `"write"`: once the bytes are in the slave's page cache (RocketMQ's behaviour). A
+    /// master and slave losing power together can lose what was acknowledged this way.
+    Write,
+    /// `"flush"`: once the slave has fsynced them. With SYNC flush on the master, an
+    /// acknowledged message survives all nodes losing power at once.
+    Flush,
+}
+
+impl SlaveAck {
+    /// The value as written in the file (`"write"`, `"flush"`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SlaveAck::Write => "write",
+            SlaveAck::Flush => "flush",
+        }
+    }
+}

@@ -240,18 +240,26 @@ impl FlushService {
     fn realtime(&self, log: &CommitLog, cfg: &StoreConfig, shutdown: &ShutdownSignal) {
         let mut last_full = Instant::now();
         loop {
-            {
+            let requested = {
                 let req = self.requested.lock().unwrap_or_else(|e| e.into_inner());
-                if !shutdown.is_set() {
-                    let _ = self.work.wait_timeout(req, cfg.flush_interval);
+                if shutdown.is_set() {
+                    *req
+                } else {
+                    *self
+                        .work
+                        .wait_timeout(req, cfg.flush_interval)
+                        .unwrap_or_else(|e| e.into_inner())
+                        .0
                 }
-            }
+            };
             if shutdown.is_set() {
                 return;
             }
             let dirty = log.max_offset() - log.flushed_offset();
             let thorough = last_full.elapsed() >= cfg.flush_thorough_interval;
-            if dirty >= cfg.flush_least_pages * PAGE || (thorough && dirty > 0) {
+            // Someone waits on a ticket (a slave that acknowledges after fsync): flush now.
+            let asked = requested > log.flushed_offset();
+            if asked || dirty >= cfg.flush_least_pages * PAGE || (thorough && dirty > 0) {
                 self.flush_now(log);
             }
             if thorough {

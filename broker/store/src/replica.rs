@@ -45,7 +45,10 @@ pub(crate) fn begin_epoch(core: &StoreCore, epoch: u32) -> Result<EpochEntry> {
     let mut epochs = core.lock_epochs();
     let start = match epochs.last() {
         Some(last) if last.epoch == epoch => last.start_offset,
-        _ => state.write_pos,
+        Some(_) => state.write_pos,
+        // The first term also covers what the log held before replication was configured,
+        // so that every byte a slave receives belongs to a term.
+        None => core.commit_log.min_offset(),
     };
     let mut next = epochs.clone();
     next.push(epoch, start)?;

@@ -338,6 +338,12 @@ impl MessageStore {
         self.core.commit_log.read_for_replica(from, max)
     }
 
+    /// Whether the CommitLog bytes `[from, to)` are in memory (reading them cannot block on
+    /// the disk).
+    pub fn log_is_resident(&self, from: u64, to: u64) -> bool {
+        self.core.commit_log.is_resident(from, to)
+    }
+
     /// Completes when something is appended after the call started (a replication sender
     /// waiting for new bytes; check the end again after creating the future).
     pub fn appended(&self) -> tokio::sync::futures::Notified<'_> {

@@ -164,10 +164,13 @@ pub(super) fn common_pod_spec(spec: &crate::crd::MessageQueueClusterSpec) -> Pod
     }
 }
 
-/// The two ports every Conveyor container exposes: remoting (`port`) and HTTP probes/metrics.
+/// The ports a Conveyor container exposes: remoting (`port`), HTTP probes/metrics, and for a
+/// broker the replication stream (`port` + 1, RocketMQ's HA port).
 pub(super) fn container_ports(port: i32) -> Vec<ContainerPort> {
+    let replication = (port == BROKER_PORT).then_some(("replication", port + 1));
     [("remoting", port), ("http", HTTP_PORT)]
         .into_iter()
+        .chain(replication)
         .map(|(name, container_port)| ContainerPort {
             name: Some(name.into()),
             container_port,

@@ -5,7 +5,9 @@
 
 use std::net::SocketAddr;
 
-use conveyor_settings::{BrokerSection, HttpSection, NamesrvSection, Settings, StoreSection};
+use conveyor_settings::{
+    BrokerSection, HttpSection, NamesrvSection, ReplicationSection, Settings, StoreSection,
+};
 
 use crate::crd::{FlushMode, MessageQueueCluster, ReplicationMode};
 
@@ -76,7 +78,7 @@ pub enum ConfigError {
         reason: String,
     },
     /// An override's key has no `broker.`/`store.` section prefix.
-    #[error("broker.config key {0:?} must be broker.<key> or store.<key>")]
+    #[error("broker.config key {0:?} must be broker.<key>, store.<key> or replication.<key>")]
     BadKey(String),
     /// The key is `broker.<key>` or `store.<key>` but the broker has no such setting.
     #[error("broker.config key {key:?} is not a broker setting ({reason})")]
@@ -167,11 +169,13 @@ pub fn broker_settings(
     let role = BrokerRole::for_ordinal(ordinal, broker.replication_mode);
     let mut broker_entries = Vec::new();
     let mut store_entries = Vec::new();
+    let mut replication_entries = Vec::new();
     for (key, value) in &broker.config {
         let v = toml_value(key, value)?;
         match key.split_once('.') {
             Some(("broker", k)) if !k.is_empty() => broker_entries.push((key, value, v)),
             Some(("store", k)) if !k.is_empty() => store_entries.push((key, value, v)),
+            Some(("replication", k)) if !k.is_empty() => replication_entries.push((key, value, v)),
             _ => return Err(ConfigError::BadKey(key.clone())),
         }
     }
@@ -199,10 +203,19 @@ pub fn broker_settings(
         http: HttpSection {
             listen: Some(format!("0.0.0.0:{HTTP_PORT}")),
         },
+        // A SYNC_MASTER waits for every replica of its group (the in-sync set is the whole
+        // group until the controller manages it). Slaves learn the master's replication
+        // address from the name server.
+        replication: ReplicationSection {
+            in_sync_replicas: (role == BrokerRole::SyncMaster)
+                .then(|| broker.replicas_per_group.max(1) as usize),
+            ..Default::default()
+        },
     };
     let overrides = Settings {
         broker: section_overrides("broker", &broker_entries, &managed.broker)?,
         store: section_overrides("store", &store_entries, &managed.store)?,
+        replication: section_overrides("replication", &replication_entries, &managed.replication)?,
         ..Default::default()
     };
     Ok(managed.or(overrides))

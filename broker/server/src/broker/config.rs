@@ -5,6 +5,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::auto_create::AutoCreateLimits;
+use crate::ha::ReplicationConfig;
 
 /// Broker settings (RocketMQ's BrokerConfig, the parts Conveyor uses).
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -46,6 +47,8 @@ pub struct BrokerConfig {
     pub transaction_check_interval_ms: u64,
     /// Checks before an undecided half message is discarded (RocketMQ: 15).
     pub transaction_check_max: u32,
+    /// The role and the `[replication]` settings.
+    pub replication: ReplicationConfig,
 }
 
 impl Default for BrokerConfig {
@@ -69,6 +72,7 @@ impl Default for BrokerConfig {
             transaction_timeout_ms: 6_000,
             transaction_check_interval_ms: 30_000,
             transaction_check_max: 15,
+            replication: ReplicationConfig::default(),
         }
     }
 }

@@ -59,10 +59,12 @@ use conveyor_protocol::command::RemotingCommand;
 use conveyor_store::{MessageStore, StoreConfig};
 use tokio_util::sync::CancellationToken;
 
+use crate::ha::Replication;
 use crate::remoting::{Connection, Processor};
 use admin::{AdminBrokerProcessor, AdminDeps};
 use client_processor::ClientManageProcessor;
 use clients::ClientManager;
+use durability::Durability;
 use groups::SubscriptionGroupManager;
 use hold::PullHold;
 use locks::RebalanceLockManager;
@@ -72,7 +74,7 @@ use parking::ParkingRules;
 use pull::{PullDeps, PullMessageProcessor};
 use query::QueryMessageProcessor;
 use register::NameServerRegistrar;
-use reply::{not_supported, Reply};
+use reply::{not_supported, refuse_on_slave, Reply};
 use retry::SendMsgBackProcessor;
 use schedule::ScheduleMessageService;
 use send::{SendDeps, SendMessageProcessor};
@@ -120,6 +122,10 @@ pub struct Broker {
     timer: Arc<TimerMessageService>,
     /// END_TRANSACTION and check-backs.
     transactions: Arc<TransactionalMessageService>,
+    /// The role and the replication stream.
+    replication: Arc<Replication>,
+    /// When an append counts as done (flush, slaves).
+    durability: Arc<Durability>,
     /// The advertised address (STOREHOST of records).
     store_host: SocketAddr,
     /// `register_interval_ms`.
@@ -170,6 +176,13 @@ impl Broker {
             "store opened"
         );
         let store = Arc::new(store);
+        let replication = Arc::new(Replication::open(
+            config.replication.clone(),
+            &config.broker_name,
+            config.broker_id,
+            store.clone(),
+        )?);
+        let durability = Arc::new(Durability::new(store.clone(), replication.clone()));
         let delay_levels = parking::parse_delay_levels(&config.delay_levels);
         if delay_levels.is_empty() {
             return Err(BrokerError::DelayLevels(config.delay_levels.clone()));
@@ -222,18 +235,20 @@ impl Broker {
         }
         let registrar = Arc::new(NameServerRegistrar::new(
             &config,
-            store_host,
             topics.clone(),
+            replication.clone(),
         ));
         let schedule = Arc::new(ScheduleMessageService::load(
             &config_dir,
             store.clone(),
+            durability.clone(),
             hold.clone(),
             delay_levels,
         )?);
         let timer = Arc::new(TimerMessageService::load(
             &config_dir,
             store.clone(),
+            durability.clone(),
             hold.clone(),
         )?);
         let transactions = Arc::new(TransactionalMessageService::load(
@@ -241,6 +256,7 @@ impl Broker {
             &config,
             store_host,
             store.clone(),
+            durability.clone(),
             clients.clone(),
             topics.clone(),
             parking,
@@ -251,6 +267,7 @@ impl Broker {
             store_host,
             SendDeps {
                 store: store.clone(),
+                durability: durability.clone(),
                 topics: topics.clone(),
                 groups: groups.clone(),
                 registrar: registrar.clone(),
@@ -260,6 +277,7 @@ impl Broker {
         );
         let send_back = SendMsgBackProcessor::new(
             store.clone(),
+            durability.clone(),
             topics.clone(),
             groups.clone(),
             registrar.clone(),
@@ -323,6 +341,8 @@ impl Broker {
             schedule,
             timer,
             transactions,
+            replication,
+            durability,
             store_host,
             register_interval,
             offset_persist_interval,
@@ -333,6 +353,11 @@ impl Broker {
     /// The message store.
     pub fn store(&self) -> &Arc<MessageStore> {
         &self.store
+    }
+
+    /// The replication service (role, slaves, master).
+    pub fn replication(&self) -> &Arc<Replication> {
+        &self.replication
     }
 
     /// The traffic counters.
@@ -387,19 +412,25 @@ impl Broker {
         self.persist_offsets();
     }
 
-    /// Runs the delay-level delivery until `shutdown`.
+    /// Runs the delay-level delivery until `shutdown` (a master's job: it writes).
     pub async fn run_schedule(self: Arc<Self>, shutdown: CancellationToken) {
-        self.schedule.clone().run(shutdown).await
+        if self.replication.is_master() {
+            self.schedule.clone().run(shutdown).await
+        }
     }
 
-    /// Runs the timer-message delivery until `shutdown`.
+    /// Runs the timer-message delivery until `shutdown` (a master's job).
     pub async fn run_timer(self: Arc<Self>, shutdown: CancellationToken) {
-        self.timer.clone().run(shutdown).await
+        if self.replication.is_master() {
+            self.timer.clone().run(shutdown).await
+        }
     }
 
-    /// Runs the transaction check-backs until `shutdown`.
+    /// Runs the transaction check-backs until `shutdown` (a master's job).
     pub async fn run_transaction_checks(self: Arc<Self>, shutdown: CancellationToken) {
-        self.transactions.clone().run_checks(shutdown).await
+        if self.replication.is_master() {
+            self.transactions.clone().run_checks(shutdown).await
+        }
     }
 
     /// Persists offsets and tables, then flushes and closes the store (after the servers
@@ -436,6 +467,16 @@ impl Broker {
 
     /// The dispatch table: which service answers which request code.
     async fn dispatch(&self, conn: &Connection, req: &RemotingCommand) -> Reply {
+        if matches!(
+            req.code,
+            rc::SEND_MESSAGE
+                | rc::SEND_MESSAGE_V2
+                | rc::SEND_BATCH_MESSAGE
+                | rc::CONSUMER_SEND_MSG_BACK
+                | rc::END_TRANSACTION
+        ) {
+            refuse_on_slave(req, &self.replication)?;
+        }
         match req.code {
             rc::SEND_MESSAGE | rc::SEND_MESSAGE_V2 | rc::SEND_BATCH_MESSAGE => {
                 self.send.handle(conn, req).await
@@ -493,14 +534,16 @@ impl Processor for Broker {
 
     fn runs_inline(&self, request: &RemotingCommand) -> bool {
         match request.code {
-            // A send waits only for a SYNC flush; topic auto-creation registers in the
-            // background.
-            rc::SEND_MESSAGE | rc::SEND_MESSAGE_V2 | rc::SEND_BATCH_MESSAGE => !self.sync_flush(),
+            // A send waits only for a SYNC flush or slaves; topic auto-creation registers in
+            // the background.
+            rc::SEND_MESSAGE | rc::SEND_MESSAGE_V2 | rc::SEND_BATCH_MESSAGE => {
+                !self.durability.waits()
+            }
             rc::QUERY_CONSUMER_OFFSET
             | rc::UPDATE_CONSUMER_OFFSET
             | rc::GET_MAX_OFFSET
             | rc::GET_MIN_OFFSET => true,
-            rc::END_TRANSACTION => !self.sync_flush(),
+            rc::END_TRANSACTION => !self.durability.waits(),
             _ => false,
         }
     }

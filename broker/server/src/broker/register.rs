@@ -3,7 +3,6 @@
 //! after a topic is created or deleted, and an UNREGISTER_BROKER on clean shutdown. Routes
 //! clients see come from here, so whoever changes the topic table asks for a registration.
 
-use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,6 +14,7 @@ use conveyor_protocol::route::{RegisterBrokerBody, TopicConfigSerializeWrapper};
 
 use super::config::BrokerConfig;
 use super::topics::TopicConfigManager;
+use crate::ha::Replication;
 use crate::remoting::Link;
 
 /// RocketMQ's register timeout.
@@ -30,8 +30,10 @@ pub struct NameServerRegistrar {
     broker_id: i64,
     /// `brokerAddr`: the address clients use.
     advertised_addr: String,
-    /// `haServerAddr`: the advertised host, port + 1 (RocketMQ's convention).
+    /// `haServerAddr`: where slaves reach this broker's replication stream.
     ha_addr: String,
+    /// Told the master's replication address the name server answers a slave with.
+    replication: Arc<Replication>,
     /// One link per name server.
     namesrvs: Vec<Link>,
     /// The table whose topics are registered.
@@ -47,15 +49,16 @@ impl NameServerRegistrar {
     /// A registrar for this broker's identity; links connect on first use.
     pub fn new(
         config: &BrokerConfig,
-        store_host: SocketAddr,
         topics: Arc<TopicConfigManager>,
+        replication: Arc<Replication>,
     ) -> Self {
         Self {
             cluster_name: config.cluster_name.clone(),
             broker_name: config.broker_name.clone(),
             broker_id: config.broker_id,
             advertised_addr: config.advertised_addr.clone(),
-            ha_addr: format!("{}:{}", store_host.ip(), store_host.port().wrapping_add(1)),
+            ha_addr: config.replication.advertised_addr.clone(),
+            replication,
             namesrvs: config.namesrv_addrs.iter().map(Link::new).collect(),
             topics,
             registered: AtomicBool::new(false),
@@ -108,7 +111,13 @@ impl NameServerRegistrar {
             let request = request.clone();
             async move {
                 match link.call(request, REGISTER_TIMEOUT).await {
-                    Ok(r) if r.code == resp::SUCCESS => true,
+                    Ok(r) if r.code == resp::SUCCESS => {
+                        // A slave learns where its master's replication stream is.
+                        if let Some(ha) = r.get_str_opt("haServerAddr") {
+                            self.replication.learn_master(ha);
+                        }
+                        true
+                    }
                     Ok(r) => {
                         tracing::warn!(namesrv = link.addr(), code = r.code, remark = ?r.remark, "registration refused");
                         false

@@ -43,3 +43,16 @@ pub fn store_error_response(req: &RemotingCommand, e: &StoreError) -> RemotingCo
     };
     error_response(req, code, e.to_string())
 }
+
+/// SERVICE_NOT_AVAILABLE for a write sent to a slave (RocketMQ: "messages are put to the
+/// slave"): writes go to the group's master, which clients find in the route.
+pub fn refuse_on_slave(req: &RemotingCommand, replication: &crate::ha::Replication) -> Reply {
+    if replication.is_master() {
+        return Ok(ok(req));
+    }
+    Err(error_response(
+        req,
+        resp::SERVICE_NOT_AVAILABLE,
+        "this broker is a slave: it takes no writes; send to the master of its group",
+    ))
+}

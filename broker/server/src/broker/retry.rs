@@ -15,7 +15,7 @@ use conveyor_protocol::time::now_ms;
 use conveyor_store::MessageStore;
 use rand::Rng;
 
-use super::durability::durable;
+use super::durability::Durability;
 use super::groups::SubscriptionGroupManager;
 use super::parking::ParkingRules;
 use super::register::NameServerRegistrar;
@@ -26,6 +26,8 @@ use super::topics::{self, TopicConfigManager};
 pub struct SendMsgBackProcessor {
     /// Where the original is read and the copy appended.
     store: Arc<MessageStore>,
+    /// When the copy counts as written.
+    durability: Arc<Durability>,
     /// Retry and dead-letter topics are created here.
     topics: Arc<TopicConfigManager>,
     /// Retry queues and max reconsume times per group.
@@ -42,6 +44,7 @@ impl SendMsgBackProcessor {
     /// A processor over the broker's services.
     pub fn new(
         store: Arc<MessageStore>,
+        durability: Arc<Durability>,
         topics: Arc<TopicConfigManager>,
         groups: Arc<SubscriptionGroupManager>,
         registrar: Arc<NameServerRegistrar>,
@@ -50,6 +53,7 @@ impl SendMsgBackProcessor {
     ) -> Self {
         Self {
             store,
+            durability,
             topics,
             groups,
             registrar,
@@ -153,14 +157,18 @@ impl SendMsgBackProcessor {
             .store
             .append(std::slice::from_ref(&msg))
             .map_err(|e| store_error_response(req, &e))?;
-        // The consumer moves its offset past the original once this is answered: under SYNC
-        // flush the copy must be on disk first.
+        // The consumer moves its offset past the original once this is answered: the copy
+        // must be durable first (on disk under SYNC flush, on the slaves of a SYNC_MASTER).
         if let Some(p) = placed.last() {
-            if !durable(&self.store, p.physical_offset + p.size as u64).await {
+            if let Err(e) = self
+                .durability
+                .wait(p.physical_offset + p.size as u64)
+                .await
+            {
                 return Err(error_response(
                     req,
-                    resp::FLUSH_DISK_TIMEOUT,
-                    "the retry copy is stored but the disk flush timed out",
+                    e.code(),
+                    format!("the retry copy is stored but not durable: {e}"),
                 ));
             }
         }

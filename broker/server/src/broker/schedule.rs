@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
 use super::config_file::{ConfigFile, ConfigFileError};
-use super::durability::durable;
+use super::durability::Durability;
 use super::hold::PullHold;
 use super::parking::unpark;
 use super::topics::SCHEDULE_TOPIC;
@@ -85,6 +85,8 @@ impl ScheduleProgress {
 pub struct ScheduleMessageService {
     /// Where the schedule topic is read and due messages re-appended.
     store: Arc<MessageStore>,
+    /// When a delivered copy counts as written.
+    durability: Arc<Durability>,
     /// Wakes a level's task when its queue grows.
     hold: Arc<PullHold>,
     /// The delay of each level (level n at index n − 1).
@@ -99,6 +101,7 @@ impl ScheduleMessageService {
     pub fn load(
         config_dir: &Path,
         store: Arc<MessageStore>,
+        durability: Arc<Durability>,
         hold: Arc<PullHold>,
         delay_levels: Vec<Duration>,
     ) -> Result<Self, ConfigFileError> {
@@ -108,6 +111,7 @@ impl ScheduleMessageService {
         }
         Ok(Self {
             store,
+            durability,
             hold,
             delay_levels,
             progress,
@@ -142,7 +146,7 @@ impl ScheduleMessageService {
     /// Writes the delay progress once what it counts as delivered is durable.
     async fn persist_schedule(&self) {
         let snapshot = self.progress.snapshot();
-        if durable(&self.store, self.store.commit_log_max_offset()).await {
+        if self.durability.wait_all().await {
             if let Err(e) = self.progress.write(&snapshot) {
                 tracing::error!(error = %e, "persisting delay progress failed");
             }

@@ -25,7 +25,7 @@ use tokio::sync::Semaphore;
 
 use super::auto_create::Refusal;
 use super::config::BrokerConfig;
-use super::durability::durable;
+use super::durability::Durability;
 use super::groups::SubscriptionGroupManager;
 use super::parking::ParkingRules;
 use super::register::NameServerRegistrar;
@@ -50,6 +50,8 @@ pub fn new_uniq_id(ip: IpAddr) -> String {
 pub struct SendDeps {
     /// Where messages are appended.
     pub store: Arc<MessageStore>,
+    /// When an appended message counts as stored.
+    pub durability: Arc<Durability>,
     /// Topic lookup and auto-creation.
     pub topics: Arc<TopicConfigManager>,
     /// Retry limits of consumer groups.
@@ -66,6 +68,8 @@ pub struct SendDeps {
 pub struct SendMessageProcessor {
     /// Where messages are appended.
     store: Arc<MessageStore>,
+    /// When an appended message counts as stored (flush, slaves).
+    durability: Arc<Durability>,
     /// Topic lookup and auto-creation.
     topics: Arc<TopicConfigManager>,
     /// Retry limits of consumer groups (DLQ redirection).
@@ -93,6 +97,7 @@ impl SendMessageProcessor {
     pub fn new(config: &BrokerConfig, store_host: SocketAddr, deps: SendDeps) -> Self {
         Self {
             store: deps.store,
+            durability: deps.durability,
             topics: deps.topics,
             groups: deps.groups,
             registrar: deps.registrar,
@@ -285,8 +290,10 @@ impl SendMessageProcessor {
         if let Some(last) = placements.last() {
             let end = last.physical_offset + last.size as u64;
             let wait = messages[0].properties.get(keys::WAIT_STORE_MSG_OK) != Some("false");
-            if wait && !durable(&self.store, end).await {
-                code = resp::FLUSH_DISK_TIMEOUT;
+            if wait {
+                if let Err(e) = self.durability.wait(end).await {
+                    code = e.code();
+                }
             }
         }
         let bytes: usize = placements.iter().map(|p| p.size).sum();

@@ -24,7 +24,7 @@ use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
 use super::config_file::{ConfigFile, ConfigFileError};
-use super::durability::durable;
+use super::durability::Durability;
 use super::hold::PullHold;
 use super::parking::{unpark, TIMER_OUT_MS};
 use super::topics::TIMER_TOPIC;
@@ -171,6 +171,8 @@ pub struct TimerMessageService {
     state: Mutex<State>,
     /// Where the timer topic is read and due messages re-appended.
     store: Arc<MessageStore>,
+    /// When a delivered copy counts as written.
+    durability: Arc<Durability>,
     /// Wakes the loop when the timer topic grows.
     hold: Arc<PullHold>,
 }
@@ -181,12 +183,14 @@ impl TimerMessageService {
     pub fn load(
         config_dir: &Path,
         store: Arc<MessageStore>,
+        durability: Arc<Durability>,
         hold: Arc<PullHold>,
     ) -> Result<Self, ConfigFileError> {
         let file = ConfigFile::new(config_dir, "timerProgress.json");
         let p: Persisted = file.load()?.unwrap_or_default();
         let service = Self {
             store,
+            durability,
             hold,
             file,
             state: Mutex::new(State::from_persisted(p)),
@@ -241,7 +245,7 @@ impl TimerMessageService {
         let Some(snapshot) = self.snapshot() else {
             return;
         };
-        let written = durable(&self.store, self.store.commit_log_max_offset()).await
+        let written = self.durability.wait_all().await
             && match self.write(&snapshot) {
                 Ok(()) => true,
                 Err(e) => {

@@ -32,7 +32,7 @@ use tokio_util::sync::CancellationToken;
 use super::clients::ClientManager;
 use super::config::BrokerConfig;
 use super::config_file::{ConfigFile, ConfigFileError};
-use super::durability::durable;
+use super::durability::Durability;
 use super::parking::{unpark, ParkingRules};
 use super::reply::{bad_header, error_response, ok, store_error_response, Reply};
 use super::topics::{
@@ -101,6 +101,8 @@ pub struct TransactionalMessageService {
     deciding: Mutex<()>,
     /// Half, op and committed messages are read and written here.
     store: Arc<MessageStore>,
+    /// When a commit and its op record count as written.
+    durability: Arc<Durability>,
     /// Live producer connections to check back on.
     clients: Arc<ClientManager>,
     /// TRANS_CHECK_MAX_TIME_TOPIC is created here when first needed.
@@ -123,6 +125,7 @@ impl TransactionalMessageService {
         config: &BrokerConfig,
         store_host: SocketAddr,
         store: Arc<MessageStore>,
+        durability: Arc<Durability>,
         clients: Arc<ClientManager>,
         topics: Arc<TopicConfigManager>,
         parking: ParkingRules,
@@ -138,6 +141,7 @@ impl TransactionalMessageService {
             }),
             deciding: Mutex::new(()),
             store,
+            durability,
             clients,
             topics,
             parking,
@@ -273,12 +277,16 @@ impl TransactionalMessageService {
         self.record_decision(queue_offset)
             .map_err(|e| store_error_response(req, &e))?;
         drop(_deciding);
-        // Under SYNC flush the commit (and its op record) must be durable before the answer.
-        if !durable(&self.store, self.store.commit_log_max_offset()).await {
+        // The commit (and its op record) must be durable before the answer.
+        if let Err(e) = self
+            .durability
+            .wait(self.store.commit_log_max_offset())
+            .await
+        {
             return Err(error_response(
                 req,
-                resp::FLUSH_DISK_TIMEOUT,
-                "the decision is stored but the disk flush timed out",
+                e.code(),
+                format!("the decision is stored but not durable: {e}"),
             ));
         }
         Ok(ok(req))
@@ -511,7 +519,7 @@ impl TransactionalMessageService {
             self.check();
             let snapshot = self.snapshot();
             // Progress is written only once what it counts as decided is durable.
-            if durable(&self.store, self.store.commit_log_max_offset()).await {
+            if self.durability.wait_all().await {
                 if let Err(e) = self.write(&snapshot) {
                     tracing::error!(error = %e, "persisting transaction progress failed");
                 }

@@ -1,5 +1,6 @@
-//! A `conveyor standalone` child process for tests that need a real process: SIGKILL,
-//! power loss, resource limits. Its output goes to a log file whose tail failure messages show.
+//! A `conveyor standalone` (or `conveyor broker`) child process for tests that need a real
+//! process: SIGKILL, power loss, resource limits, replication between processes. Its output
+//! goes to a log file whose tail failure messages show.
 
 use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
@@ -20,6 +21,8 @@ pub struct Broker {
     pub broker: SocketAddr,
     /// Its HTTP probe address.
     pub http: SocketAddr,
+    /// Its replication stream address.
+    pub replication: SocketAddr,
     /// Its log file.
     pub log: PathBuf,
 }
@@ -29,9 +32,20 @@ impl Broker {
     /// `log`, and waits until `/readyz` answers 200; retries if a probed port was taken
     /// meanwhile.
     pub async fn start(data: &Path, config: &Path, log: &Path) -> Broker {
+        Self::start_as(data, config, log, Mode::Standalone, &[]).await
+    }
+
+    /// [`Broker::start`] in `mode`, with `extra` arguments after the usual ones.
+    pub async fn start_as(
+        data: &Path,
+        config: &Path,
+        log: &Path,
+        mode: Mode,
+        extra: &[&str],
+    ) -> Broker {
         let mut last = String::new();
         for _ in 0..3 {
-            let mut b = Self::spawn(data, config, log);
+            let mut b = Self::spawn_as(data, config, log, mode, extra);
             let deadline = Instant::now() + Duration::from_secs(60);
             let ready = loop {
                 if let Some(status) = b.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
@@ -55,8 +69,17 @@ impl Broker {
 
     /// Starts the process without waiting for it to be ready.
     pub fn spawn(data: &Path, config: &Path, log: &Path) -> Broker {
+        Self::spawn_as(data, config, log, Mode::Standalone, &[])
+    }
+
+    /// [`Broker::spawn`] in `mode`, with `extra` arguments.
+    pub fn spawn_as(data: &Path, config: &Path, log: &Path, mode: Mode, extra: &[&str]) -> Broker {
         let addr = |p: u16| SocketAddr::from(([127, 0, 0, 1], p));
-        let (ns, broker, http) = (addr(free_port()), addr(free_port()), addr(free_port()));
+        let (broker, http, replication) = (addr(free_port()), addr(free_port()), addr(free_port()));
+        let ns = match mode {
+            Mode::Standalone => addr(free_port()),
+            Mode::Broker { namesrv } => namesrv,
+        };
         let log_file = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -68,14 +91,24 @@ impl Broker {
                 cmd.env_remove(k);
             }
         }
+        match mode {
+            Mode::Standalone => cmd
+                .arg("standalone")
+                .arg("--namesrv-listen")
+                .arg(ns.to_string()),
+            Mode::Broker { namesrv } => cmd
+                .arg("broker")
+                .arg("--namesrv-addr")
+                .arg(namesrv.to_string()),
+        };
         let child = cmd
-            .arg("standalone")
             .arg("--config")
             .arg(config)
             .arg("--data-dir")
             .arg(data)
-            .arg("--namesrv-listen")
-            .arg(ns.to_string())
+            .arg("--replication-listen")
+            .arg(replication.to_string())
+            .args(extra)
             .arg("--listen")
             .arg(broker.to_string())
             .arg("--http-listen")
@@ -91,6 +124,7 @@ impl Broker {
             namesrv: ns,
             broker,
             http,
+            replication,
             log: log.to_path_buf(),
         }
     }
@@ -155,6 +189,18 @@ impl Drop for Broker {
     fn drop(&mut self) {
         self.kill();
     }
+}
+
+/// How a child runs.
+#[derive(Debug, Clone, Copy)]
+pub enum Mode {
+    /// `conveyor standalone`: its own name server and a broker.
+    Standalone,
+    /// `conveyor broker`, registering with the name server at `namesrv`.
+    Broker {
+        /// The name server.
+        namesrv: SocketAddr,
+    },
 }
 
 /// A port that was free a moment ago.

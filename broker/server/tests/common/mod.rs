@@ -45,6 +45,7 @@ pub fn config(dir: &Path) -> AppConfig {
         role: Role::Standalone,
         namesrv_listen: any,
         broker_listen: any,
+        replication_listen: any,
         http_listen: Some(any),
         broker: BrokerConfig {
             namesrv_addrs: vec![],

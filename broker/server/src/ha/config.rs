@@ -1,0 +1,83 @@
+//! ReplicationConfig: the `[replication]` settings and the broker's role, as the replication
+//! service uses them. A leaf, like the broker's own config.
+
+use std::time::Duration;
+
+use conveyor_settings::{BrokerRole, SlaveAck};
+use serde::{Deserialize, Serialize};
+
+/// Replication settings (RocketMQ's HA settings; see `conveyor_settings::ReplicationSection`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, rename_all = "kebab-case")]
+pub struct ReplicationConfig {
+    /// SYNC_MASTER, ASYNC_MASTER or SLAVE.
+    pub role: BrokerRole,
+    /// `"ip:port"` advertised to slaves as `haServerAddr` (filled in at start when empty).
+    pub advertised_addr: String,
+    /// A slave follows this address instead of the one the name server gives.
+    pub master_address: String,
+    /// Copies, the master's included, that must hold a message before SEND_OK (SYNC_MASTER).
+    pub in_sync_replicas: usize,
+    /// When a slave acknowledges: after the write or after fsync.
+    pub slave_ack: SlaveAck,
+    /// How long a send waits for its slaves.
+    pub slave_timeout_ms: u64,
+    /// Most CommitLog bytes per transfer frame.
+    pub transfer_batch_bytes: usize,
+    /// An idle stream sends a heartbeat this often.
+    pub heartbeat_interval_ms: u64,
+    /// A stream silent this long is closed.
+    pub housekeeping_interval_ms: u64,
+    /// A slave further behind than this does not count as available.
+    pub max_gap_bytes: u64,
+}
+
+impl Default for ReplicationConfig {
+    fn default() -> Self {
+        Self {
+            role: BrokerRole::AsyncMaster,
+            advertised_addr: String::new(),
+            master_address: String::new(),
+            in_sync_replicas: 2,
+            slave_ack: SlaveAck::Write,
+            slave_timeout_ms: 3_000,
+            transfer_batch_bytes: 256 << 10,
+            heartbeat_interval_ms: 5_000,
+            housekeeping_interval_ms: 20_000,
+            max_gap_bytes: 256 << 20,
+        }
+    }
+}
+
+impl ReplicationConfig {
+    /// `slave_timeout_ms`.
+    pub fn slave_timeout(&self) -> Duration {
+        Duration::from_millis(self.slave_timeout_ms.max(1))
+    }
+
+    /// `heartbeat_interval_ms`.
+    pub fn heartbeat_interval(&self) -> Duration {
+        Duration::from_millis(self.heartbeat_interval_ms.max(10))
+    }
+
+    /// `housekeeping_interval_ms`, never shorter than two heartbeats.
+    pub fn housekeeping_interval(&self) -> Duration {
+        Duration::from_millis(self.housekeeping_interval_ms).max(self.heartbeat_interval() * 2)
+    }
+
+    /// Slaves that must acknowledge a message before SEND_OK: none unless SYNC_MASTER.
+    pub fn required_slaves(&self) -> usize {
+        match self.role {
+            BrokerRole::SyncMaster => self.in_sync_replicas.saturating_sub(1),
+            BrokerRole::AsyncMaster | BrokerRole::Slave => 0,
+        }
+    }
+
+    /// `transfer_batch_bytes`, within what a frame may carry.
+    pub fn batch_bytes(&self) -> usize {
+        self.transfer_batch_bytes.clamp(
+            4096,
+            super::frame::MAX_FRAME - super::frame::TRANSFER_HEADER,
+        )
+    }
+}

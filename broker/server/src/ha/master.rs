@@ -1,0 +1,241 @@
+//! The master's end of the replication stream (RocketMQ's HAService/HAConnection): accepts
+//! slaves of its group, answers their hello with its log and epochs, then streams CommitLog
+//! bytes from where each slave stands and records its acknowledgements. Each slave has its
+//! own task and socket, so a slow or stalled slave slows only itself: appends never wait for
+//! a sender, only synchronously replicated sends wait for acknowledgements (with a timeout).
+
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio_util::sync::CancellationToken;
+
+use super::frame::{transfer_header, Frame, VERSION};
+use super::wire::{read_frame, write_frame, write_parts};
+use super::{HaError, Replication};
+
+/// Accepts slaves until `shutdown`.
+pub(super) async fn serve(
+    repl: Arc<Replication>,
+    listener: TcpListener,
+    shutdown: CancellationToken,
+) {
+    loop {
+        let accepted = tokio::select! {
+            a = listener.accept() => a,
+            _ = shutdown.cancelled() => return,
+        };
+        let (stream, peer) = match accepted {
+            Ok(a) => a,
+            Err(e) => {
+                tracing::warn!(error = %e, "replication accept failed");
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let repl = repl.clone();
+        let shutdown = shutdown.clone();
+        tokio::spawn(async move {
+            let id = repl.next_connection.fetch_add(1, Ordering::Relaxed);
+            tokio::select! {
+                r = connection(&repl, stream, peer, id) => {
+                    if let Err(e) = r {
+                        tracing::warn!(%peer, error = %e, "replication connection closed");
+                    }
+                }
+                _ = shutdown.cancelled() => {}
+            }
+        });
+    }
+}
+
+/// One slave: handshake, then send and receive acknowledgements until either fails.
+async fn connection(
+    repl: &Replication,
+    stream: TcpStream,
+    peer: SocketAddr,
+    id: u64,
+) -> Result<(), HaError> {
+    stream.set_nodelay(true)?;
+    let (mut rd, mut wr) = stream.into_split();
+    let silent = repl.config.housekeeping_interval();
+    let Frame::SlaveHello {
+        version,
+        broker_name,
+        broker_id,
+        max_offset,
+        epochs: _,
+    } = read_frame(&mut rd, silent).await?
+    else {
+        return Err(HaError::Protocol("expected the slave's hello".into()));
+    };
+    let refusal = if version != VERSION {
+        Some(format!(
+            "replication protocol {version}, this master speaks {VERSION}"
+        ))
+    } else if broker_name != repl.broker_name {
+        Some(format!(
+            "this is the master of {}, not of {broker_name}",
+            repl.broker_name
+        ))
+    } else if broker_id <= 0 {
+        Some(format!(
+            "a slave needs a broker id above 0, not {broker_id}"
+        ))
+    } else if !repl.is_master() {
+        Some("this broker is not a master".to_string())
+    } else {
+        None
+    };
+    if let Some(reason) = refusal {
+        write_frame(
+            &mut wr,
+            &Frame::Refuse {
+                reason: reason.clone(),
+            },
+            silent,
+        )
+        .await?;
+        return Err(HaError::Refused(reason));
+    }
+    let store = &repl.store;
+    write_frame(
+        &mut wr,
+        &Frame::MasterHello {
+            version: VERSION,
+            segment_size: store.config().commit_log_segment_size,
+            min_offset: store.commit_log_min_offset(),
+            max_offset: store.commit_log_max_offset(),
+            epochs: store.epochs().entries().to_vec(),
+        },
+        silent,
+    )
+    .await?;
+    let Frame::Follow { from } = read_frame(&mut rd, silent).await? else {
+        return Err(HaError::Protocol(
+            "expected the slave's start offset".into(),
+        ));
+    };
+    let (min, max) = (store.commit_log_min_offset(), store.commit_log_max_offset());
+    if from > max || from < min {
+        let reason =
+            format!("the slave would start at {from}, outside this master's log [{min}, {max})");
+        write_frame(
+            &mut wr,
+            &Frame::Refuse {
+                reason: reason.clone(),
+            },
+            silent,
+        )
+        .await?;
+        return Err(HaError::Refused(reason));
+    }
+    tracing::info!(%peer, broker_id, from, slave_end = max_offset, "slave following");
+    repl.acks.connected(broker_id, id, from);
+    let result = tokio::select! {
+        r = send(repl, &mut wr, from) => r,
+        r = receive_acks(repl, &mut rd, broker_id, id) => r,
+    };
+    repl.acks.disconnected(broker_id, id);
+    result
+}
+
+/// Streams the log from `from`: whatever is there in batches (never past a segment end or
+/// into another term), and a heartbeat when idle.
+async fn send(repl: &Replication, wr: &mut OwnedWriteHalf, from: u64) -> Result<(), HaError> {
+    let store = &repl.store;
+    let config = &repl.config;
+    let deadline = config.housekeeping_interval();
+    let mut next = from;
+    loop {
+        let appended = store.appended();
+        tokio::pin!(appended);
+        appended.as_mut().enable();
+        if let Some(slice) = store.read_for_replica(next, config.batch_bytes()) {
+            let epochs = store.epochs();
+            let (epoch, epoch_start, term_end) = match epochs.epoch_at(next) {
+                Some(term) => {
+                    let end = epochs
+                        .entries()
+                        .iter()
+                        .find(|e| e.start_offset > next)
+                        .map_or(u64::MAX, |e| e.start_offset);
+                    (term.epoch, term.start_offset, end)
+                }
+                None => (
+                    0,
+                    0,
+                    epochs
+                        .entries()
+                        .first()
+                        .map_or(u64::MAX, |e| e.start_offset),
+                ),
+            };
+            let len = (slice.len() as u64).min(term_end - next) as usize;
+            let header = transfer_header(next, epoch, epoch_start, store.confirm_offset(), len);
+            if store.log_is_resident(next, next + len as u64) {
+                write_parts(wr, &[&header, &slice[..len]], deadline).await?;
+            } else {
+                // Cold bytes (a fresh slave catching up): fault them in off the runtime.
+                let data: Bytes =
+                    tokio::task::spawn_blocking(move || Bytes::copy_from_slice(&slice[..len]))
+                        .await
+                        .map_err(|_| HaError::Protocol("reading the log panicked".into()))?;
+                write_parts(wr, &[&header, &data], deadline).await?;
+            }
+            next += len as u64;
+            continue;
+        }
+        tokio::select! {
+            _ = appended => {}
+            _ = tokio::time::sleep(config.heartbeat_interval()) => {
+                let epochs = store.epochs();
+                let term = epochs.epoch_at(next.saturating_sub(1)).or(epochs.last());
+                let header = transfer_header(
+                    next,
+                    term.map_or(0, |t| t.epoch),
+                    term.map_or(0, |t| t.start_offset),
+                    store.confirm_offset(),
+                    0,
+                );
+                write_parts(wr, &[&header], deadline).await?;
+            }
+        }
+    }
+}
+
+/// Records the slave's acknowledgements; under synchronous replication each one that moves
+/// the high watermark lets consumers see the records below it.
+async fn receive_acks(
+    repl: &Replication,
+    rd: &mut OwnedReadHalf,
+    broker_id: i64,
+    id: u64,
+) -> Result<(), HaError> {
+    let silent = repl.config.housekeeping_interval();
+    loop {
+        match read_frame(rd, silent).await? {
+            Frame::Ack { offset } => {
+                if offset > repl.store.commit_log_max_offset() {
+                    return Err(HaError::Protocol(format!(
+                        "the slave acknowledged {offset}, past this master's end"
+                    )));
+                }
+                if let Some(confirmed) = repl.acks.acked(broker_id, id, offset) {
+                    if repl.is_sync() {
+                        repl.store.set_confirm_offset(confirmed);
+                    }
+                }
+            }
+            Frame::Refuse { reason } => return Err(HaError::Refused(reason)),
+            other => {
+                return Err(HaError::Protocol(format!(
+                    "unexpected frame from a slave: {other:?}"
+                )))
+            }
+        }
+    }
+}

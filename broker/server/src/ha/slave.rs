@@ -1,0 +1,250 @@
+//! The slave's end of the replication stream (RocketMQ's HAClient): connects to its group's
+//! master, agrees with it on where both logs are the same (cutting its own log back when it
+//! wrote past the fork as an earlier master), then appends what the master sends at the same
+//! offsets and acknowledges what it holds, after the write or after fsync as configured. A
+//! lost connection is retried with backoff; every read has a deadline, so a master that goes
+//! silent is noticed.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{Buf, BytesMut};
+use conveyor_settings::SlaveAck;
+use conveyor_store::epoch::consistent_point;
+use conveyor_store::MessageStore;
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::TcpStream;
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+use super::frame::{history, Frame, VERSION};
+use super::wire::{read_frame, write_frame};
+use super::{HaError, Replication};
+
+/// Shortest wait before reconnecting.
+const MIN_BACKOFF: Duration = Duration::from_millis(100);
+
+/// Follows the master until `shutdown`, reconnecting after every failure.
+pub(super) async fn follow(repl: Arc<Replication>, shutdown: CancellationToken) {
+    let mut master = repl.master.subscribe();
+    let mut backoff = MIN_BACKOFF;
+    loop {
+        let addr = master.borrow_and_update().clone();
+        let Some(addr) = addr else {
+            tokio::select! {
+                _ = master.changed() => continue,
+                _ = shutdown.cancelled() => return,
+            }
+        };
+        let started = tokio::time::Instant::now();
+        let result = tokio::select! {
+            r = session(&repl, &addr) => r,
+            _ = shutdown.cancelled() => return,
+        };
+        match result {
+            Ok(()) => {}
+            Err(e) => {
+                tracing::warn!(master = %addr, error = %e, "replication from the master stopped")
+            }
+        }
+        if started.elapsed() > repl.config.housekeeping_interval() {
+            backoff = MIN_BACKOFF; // it ran for a while: this is a new failure
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(backoff) => {}
+            _ = master.changed() => {}
+            _ = shutdown.cancelled() => return,
+        }
+        backoff = (backoff * 2).min(repl.config.heartbeat_interval());
+    }
+}
+
+/// One connection to the master.
+async fn session(repl: &Replication, addr: &str) -> Result<(), HaError> {
+    let silent = repl.config.housekeeping_interval();
+    let stream = tokio::time::timeout(silent, TcpStream::connect(addr))
+        .await
+        .map_err(|_| HaError::Silent(silent))??;
+    stream.set_nodelay(true)?;
+    let (mut rd, mut wr) = stream.into_split();
+    let store = &repl.store;
+    write_frame(
+        &mut wr,
+        &Frame::SlaveHello {
+            version: VERSION,
+            broker_name: repl.broker_name.clone(),
+            broker_id: repl.broker_id,
+            max_offset: store.commit_log_max_offset(),
+            epochs: store.epochs().entries().to_vec(),
+        },
+        silent,
+    )
+    .await?;
+    let hello = read_frame(&mut rd, silent).await?;
+    let (segment_size, min_offset, max_offset, epochs) = match hello {
+        Frame::MasterHello {
+            version,
+            segment_size,
+            min_offset,
+            max_offset,
+            epochs,
+        } if version == VERSION => (segment_size, min_offset, max_offset, epochs),
+        Frame::MasterHello { version, .. } => {
+            return Err(HaError::Refused(format!(
+                "the master speaks replication protocol {version}, this slave {VERSION}"
+            )))
+        }
+        Frame::Refuse { reason } => return Err(HaError::Refused(reason)),
+        other => {
+            return Err(HaError::Protocol(format!(
+                "expected the master's hello, got {other:?}"
+            )))
+        }
+    };
+    if segment_size != store.config().commit_log_segment_size {
+        return Err(HaError::Refused(format!(
+            "the master's segment size is {segment_size}, this slave's {}: set [store] segment-size alike",
+            store.config().commit_log_segment_size
+        )));
+    }
+    let master_epochs = history(&epochs)?;
+    let from = {
+        let store = store.clone();
+        tokio::task::spawn_blocking(move || align(&store, min_offset, max_offset, &master_epochs))
+            .await
+            .map_err(|_| HaError::Protocol("aligning the log panicked".into()))??
+    };
+    write_frame(&mut wr, &Frame::Follow { from }, silent).await?;
+    tracing::info!(master = %addr, from, master_end = max_offset, "following the master");
+    let (held, held_rx) = watch::channel(from);
+    tokio::select! {
+        r = receive(repl, &mut rd, from, held) => r,
+        r = acknowledge(repl, &mut wr, held_rx) => r,
+    }
+}
+
+/// Where this slave's log and the master's agree, after making it so: an empty log starts
+/// at the master's first segment; a log that went past the point both share (an earlier
+/// master's unreplicated tail) is cut back to it.
+fn align(
+    store: &MessageStore,
+    master_min: u64,
+    master_max: u64,
+    master_epochs: &conveyor_store::EpochHistory,
+) -> Result<u64, HaError> {
+    let (min, end) = (store.commit_log_min_offset(), store.commit_log_max_offset());
+    if min == end {
+        if end != master_min {
+            store.start_empty_at(master_min)?;
+        }
+        return Ok(master_min);
+    }
+    let local = store.epochs();
+    let Some(cut) = consistent_point(&local, end, master_epochs, master_max) else {
+        return Err(HaError::Diverged(format!(
+            "this replica's log [{min}, {end}) shares no term with the master's \
+             (local epochs {:?}, master's {:?}); wipe its data directory to make it a replica",
+            local.entries(),
+            master_epochs.entries()
+        )));
+    };
+    if cut < min || cut < master_min {
+        return Err(HaError::Diverged(format!(
+            "the point shared with the master ({cut}) is outside this replica's log [{min}, {end}) \
+             or the master's [{master_min}, {master_max}); wipe its data directory"
+        )));
+    }
+    if cut < end {
+        store.truncate_to(cut)?;
+    }
+    Ok(cut)
+}
+
+/// Appends what the master sends; publishes the end held after each batch.
+async fn receive(
+    repl: &Replication,
+    rd: &mut OwnedReadHalf,
+    from: u64,
+    held: watch::Sender<u64>,
+) -> Result<(), HaError> {
+    let store = &repl.store;
+    let silent = repl.config.housekeeping_interval();
+    // Bytes of a record split between batches, waiting for the rest.
+    let mut pending = BytesMut::new();
+    let mut expected = from;
+    loop {
+        let (offset, epoch, epoch_start, confirm, data) = match read_frame(rd, silent).await? {
+            Frame::Transfer {
+                offset,
+                epoch,
+                epoch_start,
+                confirm,
+                data,
+            } => (offset, epoch, epoch_start, confirm, data),
+            Frame::Refuse { reason } => return Err(HaError::Refused(reason)),
+            other => {
+                return Err(HaError::Protocol(format!(
+                    "unexpected frame from the master: {other:?}"
+                )))
+            }
+        };
+        if offset != expected {
+            return Err(HaError::Protocol(format!(
+                "the master sent bytes at {offset}, expected {expected}"
+            )));
+        }
+        if !data.is_empty() {
+            if store.epochs().last().map(|t| (t.epoch, t.start_offset))
+                != Some((epoch, epoch_start))
+            {
+                let store = store.clone();
+                tokio::task::spawn_blocking(move || store.follow_epoch(epoch, epoch_start))
+                    .await
+                    .map_err(|_| HaError::Protocol("recording an epoch panicked".into()))??;
+            }
+            expected += data.len() as u64;
+            pending.extend_from_slice(&data);
+            let at = store.commit_log_max_offset();
+            let taken = store.append_replicated(at, &pending)?;
+            pending.advance(taken);
+            held.send_replace(store.commit_log_max_offset());
+        }
+        // The master's high watermark; what this slave holds is dispatched up to there.
+        store.set_confirm_offset(confirm);
+    }
+}
+
+/// Acknowledges the end the slave holds whenever it grows (after fsync when so configured),
+/// and at least every heartbeat interval.
+async fn acknowledge(
+    repl: &Replication,
+    wr: &mut OwnedWriteHalf,
+    mut held: watch::Receiver<u64>,
+) -> Result<(), HaError> {
+    let silent = repl.config.housekeeping_interval();
+    let mut acked = None;
+    loop {
+        let end = *held.borrow_and_update();
+        if acked != Some(end) {
+            if repl.config.slave_ack == SlaveAck::Flush
+                && !repl.store.request_flush(end).wait().await
+            {
+                return Err(HaError::Protocol(
+                    "the slave's flush failed; it no longer acknowledges".into(),
+                ));
+            }
+            write_frame(wr, &Frame::Ack { offset: end }, silent).await?;
+            acked = Some(end);
+        }
+        tokio::select! {
+            changed = held.changed() => {
+                if changed.is_err() {
+                    return Ok(());
+                }
+            }
+            _ = tokio::time::sleep(repl.config.heartbeat_interval()) => {
+                write_frame(wr, &Frame::Ack { offset: end }, silent).await?;
+            }
+        }
+    }
+}
