@@ -42,7 +42,7 @@ pub use config::{FlushMode, StoreConfig};
 pub use consume_queue::CqEntry;
 pub use core::ArrivalListener;
 pub use disk::disk_usage;
-pub use error::{Result, StoreError};
+pub use error::{ReadSite, Result, StoreError};
 pub use filter::{AcceptAll, MessageFilter};
 pub use flush::FlushTicket;
 pub use recovery::RecoveryReport;
