@@ -8,7 +8,7 @@ mod common;
 use std::collections::HashMap;
 use std::time::Duration;
 
-use common::{now_ms, pull_for, pull_until, TestServer, DEADLINE};
+use common::{now_ms, pull_for, pull_until, wait_until, TestServer, DEADLINE};
 use conveyor_client::{ClientError, Message, StoredMessage};
 use conveyor_protocol::code::response_code;
 use conveyor_protocol::message::keys;
@@ -183,4 +183,42 @@ async fn restart_neither_loses_nor_hurries_nor_repeats_timers() {
         "delivered {} ms after it was born, before its 5 s",
         across.store_timestamp - across.born_timestamp
     );
+}
+
+/// RocketMQ's precedence (HookUtils.checkIfTimerMessage): a delay level wins over the timer
+/// properties, which are dropped. A timer this broker would refuse alone (an hour, over its
+/// 10 s maximum) therefore does not matter next to delay level 1 (1 s): the message waits in
+/// the schedule topic, not the timer topic, and arrives after its level without them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delay_level_wins_over_a_timer() {
+    let server = server().await;
+    let topic = "TimerAndDelay";
+    let q = server.create_topic(topic, 1).await.remove(0);
+    let producer = server.producer("PG_timer_delay");
+    let consumer = server.consumer("CG_timer_delay");
+    producer
+        .send_to_queue(
+            &Message::new(topic, "both")
+                .with_property(keys::DELAY_TIME_LEVEL, "1")
+                .with_property(keys::TIMER_DELAY_SEC, "3600"),
+            &q,
+        )
+        .await
+        .expect("a delay level with a timer is accepted");
+    wait_until("the message parked on delay level 1", DEADLINE, || async {
+        server.stored("SCHEDULE_TOPIC_XXXX", 0).len() == 1
+    })
+    .await;
+    assert_eq!(server.stored(TIMER_TOPIC, 0).len(), 0, "no timer parked");
+    let mut offset = 0;
+    let got = pull_until(&consumer, &q, &mut offset, DEADLINE, |g| !g.is_empty()).await;
+    assert_eq!(got.len(), 1);
+    let m = &got[0];
+    assert_eq!(body(m), "both");
+    assert!(
+        m.store_timestamp >= m.born_timestamp + 1000,
+        "delivered {} ms after it was born, before its 1 s level",
+        m.store_timestamp - m.born_timestamp
+    );
+    assert_eq!(m.properties.get(keys::TIMER_DELAY_SEC), None);
 }

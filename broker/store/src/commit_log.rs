@@ -18,7 +18,7 @@ use conveyor_protocol::message::{
 use conveyor_protocol::sysflag;
 
 use crate::allocate::AllocateService;
-use crate::error::{Result, StoreError};
+use crate::error::{ReadSite, Result, StoreError};
 use crate::mapped_file::{sync_dir, Allocation, MappedFile};
 use crate::mapped_file_queue::{MappedFileQueue, OnGap};
 
@@ -81,32 +81,57 @@ pub(crate) struct AppendState {
     pub(crate) queue_offsets: QueueOffsetTable,
 }
 
-/// A record (or several) read from the CommitLog without copying: it keeps its segment
-/// mapped even if retention deletes the file meanwhile.
+/// A record (or several) read from the CommitLog: either a view of the mapped segment
+/// without copying (it keeps its segment mapped even if retention deletes the file
+/// meanwhile), or the bytes a positional read copied out of a segment that was not in memory.
 #[derive(Clone)]
-pub struct RecordSlice {
-    file: Arc<MappedFile>,
-    pos: u64,
-    len: usize,
+pub struct RecordSlice(Backing);
+
+#[derive(Clone)]
+enum Backing {
+    /// `len` bytes at `pos` of the mapped `file`.
+    Mapped {
+        file: Arc<MappedFile>,
+        pos: u64,
+        len: usize,
+    },
+    /// Bytes read with pread (see [`CommitLog::read_record_positional`]), and where from.
+    Read { phys: u64, bytes: bytes::Bytes },
 }
 
 impl Deref for RecordSlice {
     type Target = [u8];
     fn deref(&self) -> &[u8] {
-        self.file.read(self.pos, self.len)
+        match &self.0 {
+            Backing::Mapped { file, pos, len } => file.read(*pos, *len),
+            Backing::Read { bytes, .. } => bytes,
+        }
     }
 }
 
 impl std::fmt::Debug for RecordSlice {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "RecordSlice({}+{}, {} bytes)",
-            self.file.base(),
-            self.pos,
-            self.len
-        )
+        match &self.0 {
+            Backing::Mapped { file, pos, len } => {
+                write!(f, "RecordSlice({}+{pos}, {len} bytes)", file.base())
+            }
+            Backing::Read { phys, bytes } => {
+                write!(f, "RecordSlice({phys}, {} bytes read)", bytes.len())
+            }
+        }
     }
+}
+
+/// The size a record starting with `head` declares (its TOTALSIZE field), if `head` holds one.
+fn declared_size(head: &[u8]) -> Option<usize> {
+    let size: [u8; 4] = head.get(..4)?.try_into().ok()?;
+    Some(u32::from_be_bytes(size) as usize)
+}
+
+/// Whether `bytes` is a record that starts at `phys`: it parses and names its own physical
+/// offset. The one rule both the mapped and the positional reads of a record apply.
+fn is_record_at(bytes: &[u8], phys: u64) -> bool {
+    RecordView::parse(bytes).is_ok_and(|view| view.physical_offset() == phys as i64)
 }
 
 /// The append-only log.
@@ -524,11 +549,11 @@ impl CommitLog {
         }
         let file = self.segment_at(from)?;
         let len = (end.min(file.end()) - from).min(max as u64) as usize;
-        Some(RecordSlice {
+        Some(RecordSlice(Backing::Mapped {
             pos: from - file.base(),
             file,
             len,
-        })
+        }))
     }
 
     /// Cuts the log at `offset` (a record boundary at or below the end) while the store runs:
@@ -624,11 +649,11 @@ impl CommitLog {
         if phys + size as u64 > file.end() {
             return None;
         }
-        Some(RecordSlice {
+        Some(RecordSlice(Backing::Mapped {
             pos: phys - file.base(),
             file,
             len: size,
-        })
+        }))
     }
 
     /// Whether `[from, to)` is in memory (see [`MappedFile::is_resident`]).
@@ -650,11 +675,56 @@ impl CommitLog {
     /// Reads the record starting at `phys`, checking it really is a record start. Returns
     /// `None` for offsets that are not a record boundary (bad input from a client).
     pub fn read_record_at(&self, phys: u64) -> Option<RecordSlice> {
-        let head = self.read(phys, 8)?;
-        let size = u32::from_be_bytes([head[0], head[1], head[2], head[3]]) as usize;
+        let size = declared_size(&self.read(phys, 8)?)?;
         let slice = self.read(phys, size)?;
-        let view = RecordView::parse(&slice).ok()?;
-        (view.physical_offset() == phys as i64).then_some(slice)
+        is_record_at(&slice, phys).then_some(slice)
+    }
+
+    /// [`CommitLog::read_record_at`] with positional reads (pread) instead of the mapping, for
+    /// records that are not in memory: an unreadable block is [`StoreError::ReadFailed`], not
+    /// a SIGBUS. `size_hint` (the ConsumeQueue entry's size) is read first; a record that
+    /// declares more is read on, at most `max_size` bytes (larger is no record).
+    pub fn read_record_positional(
+        &self,
+        phys: u64,
+        size_hint: usize,
+        max_size: usize,
+    ) -> Result<Option<RecordSlice>> {
+        // The same bounds as a mapped read: published, and within one segment.
+        let Some(file) = self.segment_at(phys) else {
+            return Ok(None);
+        };
+        let readable = self.max_offset().min(file.end()).saturating_sub(phys) as usize;
+        if readable < 8 {
+            return Ok(None);
+        }
+        let failed = |source| StoreError::ReadFailed {
+            site: ReadSite::CommitLog,
+            offset: phys,
+            source,
+        };
+        let pos = phys - file.base();
+        let mut buf = vec![0u8; size_hint.clamp(8, readable.min(max_size.max(8)))];
+        file.read_at(pos, &mut buf).map_err(failed)?;
+        let Some(size) = declared_size(&buf) else {
+            return Ok(None);
+        };
+        if size > readable || size > max_size.max(size_hint) {
+            return Ok(None);
+        }
+        let have = buf.len();
+        if size > have {
+            buf.resize(size, 0);
+            file.read_at(pos + have as u64, &mut buf[have..])
+                .map_err(failed)?;
+        }
+        buf.truncate(size);
+        Ok(is_record_at(&buf, phys).then(|| {
+            RecordSlice(Backing::Read {
+                phys,
+                bytes: bytes::Bytes::from(buf),
+            })
+        }))
     }
 
     /// Flushes everything below `upto` to disk, oldest segment first, and returns the new

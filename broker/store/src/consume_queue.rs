@@ -8,7 +8,7 @@
 use std::path::Path;
 use std::sync::atomic::{AtomicI64, Ordering};
 
-use crate::error::Result;
+use crate::error::{ReadSite, Result, StoreError};
 use crate::mapped_file::{sync_dir, MappedFile};
 use crate::mapped_file_queue::{MappedFileQueue, OnGap};
 
@@ -246,6 +246,48 @@ impl ConsumeQueue {
         let byte = queue_offset as u64 * CQ_UNIT;
         let file = self.files.find(byte)?;
         CqEntry::decode(file.read(byte - file.base(), CQ_UNIT as usize))
+    }
+
+    /// The entries `[from, from + count)` (clipped to [0, max)) with positional reads (pread)
+    /// instead of the mapping, for a queue file that is not in memory: an unreadable block is
+    /// [`StoreError::ReadFailed`], not a SIGBUS. One read per file; each slot decodes as in
+    /// [`ConsumeQueue::get`] (`None` for a hole). Returns the first offset read and the slots.
+    pub fn read_entries_positional(
+        &self,
+        from: i64,
+        count: usize,
+    ) -> Result<(i64, Vec<Option<CqEntry>>)> {
+        let from = from.max(0);
+        let end = from
+            .saturating_add(count as i64)
+            .min(self.max_offset())
+            .max(from);
+        let mut out = Vec::with_capacity((end - from) as usize);
+        let mut at = from;
+        let mut raw = Vec::new();
+        while at < end {
+            let byte = at as u64 * CQ_UNIT;
+            let Some(file) = self.files.find(byte) else {
+                // Below the first file (deleted by retention) or past the last: holes.
+                out.push(None);
+                at += 1;
+                continue;
+            };
+            let stop = (end as u64 * CQ_UNIT).min(file.end());
+            raw.resize((stop - byte) as usize, 0);
+            file.read_at(byte - file.base(), &mut raw)
+                .map_err(|source| StoreError::ReadFailed {
+                    site: ReadSite::ConsumeQueue {
+                        topic: self.topic.clone(),
+                        queue_id: self.queue_id,
+                    },
+                    offset: at as u64,
+                    source,
+                })?;
+            out.extend(raw.chunks_exact(CQ_UNIT as usize).map(CqEntry::decode));
+            at = (stop / CQ_UNIT) as i64;
+        }
+        Ok((from, out))
     }
 
     /// Whether the entries `[queue_offset, queue_offset + count)` are in memory, so that

@@ -51,6 +51,18 @@ pub enum StoreError {
     /// The store is shutting down or has shut down.
     #[error("store is shut down")]
     ShutDown,
+    /// Reading stored data failed (EIO from the disk). Only this read fails: the store goes
+    /// on serving everything else, and the same read succeeds once the disk reads again.
+    #[error("read failed at {site} offset {offset}: {source}")]
+    ReadFailed {
+        /// Which file kind the read was for.
+        site: ReadSite,
+        /// The commit-log offset, or the consume queue's queue offset, of the read.
+        offset: u64,
+        /// The underlying IO error.
+        #[source]
+        source: io::Error,
+    },
     /// A CommitLog flush failed: nothing written since can be trusted to be on disk, so the
     /// store refuses writes until it is reopened and recovery re-verifies the log.
     #[error("commit log flush failed ({0}); writes are refused until the store is reopened")]
@@ -71,6 +83,31 @@ pub enum StoreError {
     /// A master term that would go backwards (a stale master or controller).
     #[error(transparent)]
     Epoch(#[from] crate::epoch::EpochError),
+}
+
+/// Where a failed read was reading, as [`StoreError::ReadFailed`] names it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReadSite {
+    /// The CommitLog (the offset is a physical offset).
+    CommitLog,
+    /// A ConsumeQueue (the offset is a queue offset).
+    ConsumeQueue {
+        /// Its topic.
+        topic: String,
+        /// Its queue id.
+        queue_id: i32,
+    },
+}
+
+impl std::fmt::Display for ReadSite {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ReadSite::CommitLog => f.write_str("commitlog"),
+            ReadSite::ConsumeQueue { topic, queue_id } => {
+                write!(f, "consumequeue {topic}/{queue_id}")
+            }
+        }
+    }
 }
 
 /// Store result.

@@ -46,7 +46,7 @@ pub use consume_queue::CqEntry;
 pub use core::ArrivalListener;
 pub use disk::disk_usage;
 pub use epoch::{EpochEntry, EpochHistory};
-pub use error::{Result, StoreError};
+pub use error::{ReadSite, Result, StoreError};
 pub use filter::{AcceptAll, MessageFilter};
 pub use flush::FlushTicket;
 pub use recovery::RecoveryReport;

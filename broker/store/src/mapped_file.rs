@@ -265,6 +265,27 @@ impl MappedFile {
         unsafe { std::slice::from_raw_parts(self.map.as_ptr().add(pos as usize), len) }
     }
 
+    /// Reads `buf.len()` bytes at `pos` with a positional read (pread) of the file instead of
+    /// through the mapping. Data that is not in memory is read from the disk either way, but
+    /// a block the disk cannot read then comes back as an error (EIO) for the caller to
+    /// answer, where a page fault of the mapping would raise SIGBUS and end the process.
+    /// Uses the descriptor opened with the mapping: on FUSE a fresh open may drop the cache.
+    pub fn read_at(&self, pos: u64, buf: &mut [u8]) -> std::io::Result<()> {
+        use std::os::unix::fs::FileExt;
+        if pos.saturating_add(buf.len() as u64) > self.size {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!(
+                    "read of {} bytes at {pos} past the end of {} ({} bytes)",
+                    buf.len(),
+                    self.path.display(),
+                    self.size
+                ),
+            ));
+        }
+        self.file.read_exact_at(buf, pos)
+    }
+
     /// The whole mapping (for recovery scans).
     pub fn all(&self) -> &[u8] {
         self.read(0, self.size as usize)

@@ -13,6 +13,7 @@ use conveyor_protocol::time::now_ms;
 
 use crate::commit_log::{CommitLog, EncodedBatch, Placement, RecordSlice};
 use crate::config::{FlushMode, StoreConfig};
+use crate::consume_queue::{ConsumeQueue, CqEntry};
 use crate::core::{ArrivalListener, StoreCore};
 use crate::epoch::{EpochEntry, EpochFile, EpochHistory};
 use crate::error::{IoContext, Result, StoreError};
@@ -91,6 +92,88 @@ pub struct GetResult {
     pub min_offset: i64,
     /// Next queue offset to be written (one past the last entry).
     pub max_offset: i64,
+}
+
+/// Where [`MessageStore::read_queue`] takes ConsumeQueue entries and records from.
+trait ReadSource {
+    /// What a read can fail with.
+    type Error;
+    /// The entry at `offset` of `cq` (`None`: a hole or out of range); `end` is where the
+    /// read stops, so a source may read the entries up to it at once.
+    fn entry(
+        &mut self,
+        cq: &ConsumeQueue,
+        offset: i64,
+        end: i64,
+    ) -> Result<Option<CqEntry>, Self::Error>;
+    /// The record `entry` points at, if one starts there.
+    fn record(
+        &mut self,
+        log: &CommitLog,
+        entry: &CqEntry,
+    ) -> Result<Option<RecordSlice>, Self::Error>;
+}
+
+/// Reads through the mappings (data in memory): cannot fail, copies nothing.
+struct Mapped;
+
+impl ReadSource for Mapped {
+    type Error = std::convert::Infallible;
+    fn entry(
+        &mut self,
+        cq: &ConsumeQueue,
+        offset: i64,
+        _end: i64,
+    ) -> Result<Option<CqEntry>, Self::Error> {
+        Ok(cq.get(offset))
+    }
+    fn record(
+        &mut self,
+        log: &CommitLog,
+        entry: &CqEntry,
+    ) -> Result<Option<RecordSlice>, Self::Error> {
+        Ok(log.read_record_at(entry.physical_offset))
+    }
+}
+
+/// Entries a positional read fetches at once (20 bytes each).
+const POSITIONAL_ENTRIES: usize = 1024;
+
+/// Reads with pread (data not in memory): an unreadable block is an error, not a SIGBUS.
+struct Positional {
+    /// Largest record the store appends (a larger declared size is no record).
+    max_record: usize,
+    /// Queue offset of `entries[0]`.
+    first: i64,
+    /// Entries read ahead.
+    entries: Vec<Option<CqEntry>>,
+}
+
+impl ReadSource for Positional {
+    type Error = StoreError;
+    fn entry(&mut self, cq: &ConsumeQueue, offset: i64, end: i64) -> Result<Option<CqEntry>> {
+        if offset < 0 || offset >= cq.max_offset() {
+            return Ok(None);
+        }
+        let cached = offset
+            .checked_sub(self.first)
+            .and_then(|i| usize::try_from(i).ok())
+            .filter(|i| *i < self.entries.len());
+        let index = match cached {
+            Some(i) => i,
+            None => {
+                let count = usize::try_from(end.saturating_sub(offset))
+                    .unwrap_or(0)
+                    .clamp(1, POSITIONAL_ENTRIES);
+                (self.first, self.entries) = cq.read_entries_positional(offset, count)?;
+                0
+            }
+        };
+        Ok(self.entries.get(index).copied().flatten())
+    }
+    fn record(&mut self, log: &CommitLog, entry: &CqEntry) -> Result<Option<RecordSlice>> {
+        log.read_record_positional(entry.physical_offset, entry.size as usize, self.max_record)
+    }
 }
 
 thread_local! {
@@ -385,7 +468,9 @@ impl MessageStore {
     }
 
     /// Reads up to `max_count` messages (and about `max_bytes`) from a queue starting at
-    /// `offset`, keeping those `filter` accepts.
+    /// `offset`, keeping those `filter` accepts. Reads through the mappings: for data in
+    /// memory ([`MessageStore::is_resident`]); see [`MessageStore::get_messages_cold`] for
+    /// data that is not.
     pub fn get_messages(
         &self,
         topic: &str,
@@ -395,6 +480,63 @@ impl MessageStore {
         max_bytes: usize,
         filter: &dyn MessageFilter,
     ) -> GetResult {
+        let Ok(result) = self.read_queue(
+            &mut Mapped,
+            topic,
+            queue_id,
+            offset,
+            max_count,
+            max_bytes,
+            filter,
+        );
+        result
+    }
+
+    /// [`MessageStore::get_messages`] with positional reads (pread) of the ConsumeQueue and
+    /// CommitLog files instead of the mappings, for data that is not in memory: a block the
+    /// disk cannot read is [`StoreError::ReadFailed`] (the caller answers that read with an
+    /// error and goes on), where a page fault of a mapping would raise SIGBUS and end the
+    /// process. Entries and records are checked exactly as by `get_messages` (one loop
+    /// serves both). Blocks on the disk: call it off an async runtime's workers.
+    pub fn get_messages_cold(
+        &self,
+        topic: &str,
+        queue_id: i32,
+        offset: i64,
+        max_count: usize,
+        max_bytes: usize,
+        filter: &dyn MessageFilter,
+    ) -> Result<GetResult> {
+        let mut source = Positional {
+            max_record: self.core.config.max_message_size,
+            first: 0,
+            entries: Vec::new(),
+        };
+        self.read_queue(
+            &mut source,
+            topic,
+            queue_id,
+            offset,
+            max_count,
+            max_bytes,
+            filter,
+        )
+    }
+
+    /// The read of a queue both [`MessageStore::get_messages`] and
+    /// [`MessageStore::get_messages_cold`] run: `source` says where the bytes come from, and
+    /// every rule about what is served (bounds, filters, record checks) is here once.
+    #[allow(clippy::too_many_arguments)]
+    fn read_queue<S: ReadSource>(
+        &self,
+        source: &mut S,
+        topic: &str,
+        queue_id: i32,
+        offset: i64,
+        max_count: usize,
+        max_bytes: usize,
+        filter: &dyn MessageFilter,
+    ) -> Result<GetResult, S::Error> {
         let mut result = GetResult {
             status: GetStatus::NoMatchedLogicQueue,
             messages: Vec::new(),
@@ -404,29 +546,29 @@ impl MessageStore {
             max_offset: 0,
         };
         let Some(cq) = self.core.queues.get(topic, queue_id) else {
-            return result;
+            return Ok(result);
         };
         let (min, max) = (cq.min_offset(), cq.max_offset());
         result.min_offset = min;
         result.max_offset = max;
         if max == 0 {
             result.status = GetStatus::NoMessageInQueue;
-            return result;
+            return Ok(result);
         }
         if offset < min {
             result.status = GetStatus::OffsetTooSmall;
             result.next_begin_offset = min;
-            return result;
+            return Ok(result);
         }
         if offset == max {
             result.status = GetStatus::OffsetOverflowOne;
             result.next_begin_offset = offset;
-            return result;
+            return Ok(result);
         }
         if offset > max {
             result.status = GetStatus::OffsetOverflowBadly;
             result.next_begin_offset = max;
-            return result;
+            return Ok(result);
         }
         let log_min = self.core.commit_log.min_offset();
         let mut status = GetStatus::NoMatchedMessage;
@@ -434,7 +576,7 @@ impl MessageStore {
         let mut next = offset;
         let scan_limit = (offset + MAX_FILTER_SCAN.max(max_count) as i64).min(max);
         while next < scan_limit && result.messages.len() < max_count {
-            let Some(entry) = cq.get(next) else {
+            let Some(entry) = source.entry(&cq, next, scan_limit)? else {
                 status = GetStatus::OffsetFoundNull;
                 next += 1;
                 continue;
@@ -453,7 +595,7 @@ impl MessageStore {
             }
             // The record's own size, not the entry's: a damaged entry must not hand out a
             // slice that runs into the next record.
-            let Some(slice) = self.core.commit_log.read_record_at(entry.physical_offset) else {
+            let Some(slice) = source.record(&self.core.commit_log, &entry)? else {
                 status = GetStatus::OffsetFoundNull;
                 continue;
             };
@@ -501,7 +643,7 @@ impl MessageStore {
             GetStatus::Found
         };
         result.next_begin_offset = next;
-        result
+        Ok(result)
     }
 
     /// Deletes a topic's ConsumeQueues (files and directories) and forgets its queue offsets,

@@ -40,6 +40,14 @@ pub enum Destination {
 /// Why a message may not be stored at all.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PlacementError {
+    /// A timer property that is no integer (RocketMQ's WHEEL_TIMER_MSG_ILLEGAL).
+    #[error("timer message illegal: {property}={value:?} is not an integer")]
+    TimerIllegal {
+        /// The property that decided (the first present of the timer properties).
+        property: &'static str,
+        /// Its value (at most 64 characters of it).
+        value: String,
+    },
     /// The timer asks for more than the broker allows.
     #[error("timer message delay of {delay_ms} ms exceeds the maximum of {max_ms} ms")]
     TimerTooLong {
@@ -74,17 +82,23 @@ impl ParkingRules {
     }
 }
 
-/// Decides where a message with these properties and SYSFLAG is stored, in Conveyor's
-/// precedence (which is what earlier versions did; see the notes on RocketMQ's below):
+/// Decides where a message with these properties and SYSFLAG is stored, in RocketMQ's
+/// precedence (`HookUtils.handleScheduleMessage` / `checkIfTimerMessage` /
+/// `transformTimerMessage`, broker/src/main/java/org/apache/rocketmq/broker/util/HookUtils.java):
 ///
-/// 1. SYSFLAG says PREPARED: the transaction half topic. A TRAN_MSG=true property without
-///    that SYSFLAG is stored as it is, unparked.
-/// 2. A ROLLBACK SYSFLAG: stored as it is.
-/// 3. Any of TIMER_DELIVER_MS, TIMER_DELAY_SEC, TIMER_DELAY_MS (first found in that order):
-///    the timer topic if due in the future (error past `timer_max_delay_ms`), else stored
-///    as it is; a DELAY level is then ignored.
-/// 4. DELAY level > 0 with levels configured: the schedule topic, the level clamped to the
-///    highest one.
+/// 1. SYSFLAG says PREPARED: the transaction half topic, before any delay or timer (those
+///    apply when the transaction is committed: the commit is placed again, as a COMMIT). A
+///    TRAN_MSG=true property without that SYSFLAG is stored as it is, unparked. (RocketMQ
+///    decides by the property and puts the half message as NOT_TYPE, which lets a timer or a
+///    delay park the half message itself; the Java client drops a transactional message's
+///    delay level before sending.)
+/// 2. A ROLLBACK SYSFLAG: stored as it is (RocketMQ parks only NOT_TYPE and COMMIT).
+/// 3. A DELAY level > 0 wins over the timer properties, which are then ignored (RocketMQ clears
+///    them, and so does [`park_at`]): the schedule topic, the level clamped to the highest
+///    configured one; delivered as it is when no levels are configured.
+/// 4. Otherwise the first present of TIMER_DELAY_SEC, TIMER_DELAY_MS, TIMER_DELIVER_MS (that
+///    order): the timer topic if due in the future (an error past `timer_max_delay_ms`), else
+///    stored as it is. A value that is no integer is refused, not skipped.
 pub fn placement(
     props: &Properties,
     sys_flag: i32,
@@ -102,33 +116,45 @@ pub fn placement(
     if ty != sysflag::TRANSACTION_NOT_TYPE && ty != sysflag::TRANSACTION_COMMIT_TYPE {
         return Ok(Destination::Deliver);
     }
-    if let Some(due) = timer_due(props, now_ms) {
-        let delay_ms = due.saturating_sub(now_ms);
-        if delay_ms > timer_max_delay_ms {
-            return Err(PlacementError::TimerTooLong {
-                delay_ms,
-                max_ms: timer_max_delay_ms,
-            });
+    if let Some(level) = delay_level(props) {
+        if delay_levels == 0 {
+            return Ok(Destination::Deliver);
         }
-        return Ok(if due > now_ms {
-            Destination::Timer { due_ms: due }
-        } else {
-            Destination::Deliver
+        return Ok(Destination::DelayLevel {
+            level: level.min(delay_levels as i32),
         });
     }
-    let Some(level) = props
-        .get(keys::DELAY_TIME_LEVEL)
-        .and_then(|l| l.trim().parse::<i32>().ok())
-    else {
+    let Some(due) = timer_due(props, now_ms)? else {
         return Ok(Destination::Deliver);
     };
-    if level <= 0 || delay_levels == 0 {
-        return Ok(Destination::Deliver);
+    let delay_ms = due.saturating_sub(now_ms);
+    if delay_ms > timer_max_delay_ms {
+        return Err(PlacementError::TimerTooLong {
+            delay_ms,
+            max_ms: timer_max_delay_ms,
+        });
     }
-    Ok(Destination::DelayLevel {
-        level: level.min(delay_levels as i32),
+    Ok(if due > now_ms {
+        Destination::Timer { due_ms: due }
+    } else {
+        Destination::Deliver
     })
 }
+
+/// The DELAY level if it asks for a delay (an integer > 0); anything else asks for none.
+fn delay_level(props: &Properties) -> Option<i32> {
+    props
+        .get(keys::DELAY_TIME_LEVEL)
+        .and_then(|l| l.trim().parse::<i32>().ok())
+        .filter(|l| *l > 0)
+}
+
+/// The timer properties, in the order RocketMQ reads them (`transformTimerMessage`).
+const TIMER_KEYS: [&str; 3] = [
+    keys::TIMER_DELAY_SEC,
+    keys::TIMER_DELAY_MS,
+    keys::TIMER_DELIVER_MS,
+];
 
 /// Moves `m` to `destination`, recording its real topic and queue when it is parked.
 pub fn park_at(m: &mut StoredMessage, destination: Destination) {
@@ -151,6 +177,11 @@ pub fn park_at(m: &mut StoredMessage, destination: Destination) {
             park(m, TIMER_TOPIC, 0);
         }
         Destination::DelayLevel { level } => {
+            // The delay level won: its timer properties are void (RocketMQ clears them too),
+            // so nothing downstream reads them as a timer.
+            for key in TIMER_KEYS {
+                m.properties.remove(key);
+            }
             m.properties
                 .insert(keys::DELAY_TIME_LEVEL, level.to_string());
             park(m, SCHEDULE_TOPIC, level - 1);
@@ -158,16 +189,28 @@ pub fn park_at(m: &mut StoredMessage, destination: Destination) {
     }
 }
 
-/// Due time of a message from its timer properties, relative ones counted from `now_ms`.
-pub fn timer_due(props: &Properties, now_ms: i64) -> Option<i64> {
-    let num = |k: &str| props.get(k).and_then(|v| v.trim().parse::<i64>().ok());
-    if let Some(at) = num(keys::TIMER_DELIVER_MS) {
-        return Some(at);
-    }
-    if let Some(sec) = num(keys::TIMER_DELAY_SEC) {
-        return Some(now_ms.saturating_add(sec.saturating_mul(1000)));
-    }
-    num(keys::TIMER_DELAY_MS).map(|ms| now_ms.saturating_add(ms))
+/// Due time of a message from its timer properties, relative ones counted from `now_ms`: the
+/// first present of [`TIMER_KEYS`] decides (`None` without any); a value that is no integer is
+/// [`PlacementError::TimerIllegal`], as RocketMQ's WHEEL_TIMER_MSG_ILLEGAL.
+pub fn timer_due(props: &Properties, now_ms: i64) -> Result<Option<i64>, PlacementError> {
+    let Some((key, value)) = TIMER_KEYS
+        .iter()
+        .find_map(|k| props.get(k).map(|v| (*k, v)))
+    else {
+        return Ok(None);
+    };
+    let n = value
+        .trim()
+        .parse::<i64>()
+        .map_err(|_| PlacementError::TimerIllegal {
+            property: key,
+            value: value.chars().take(64).collect(),
+        })?;
+    Ok(Some(match key {
+        keys::TIMER_DELAY_SEC => now_ms.saturating_add(n.saturating_mul(1000)),
+        keys::TIMER_DELAY_MS => now_ms.saturating_add(n),
+        _ => n,
+    }))
 }
 
 /// Parses RocketMQ's delay level string ("1s 5s 10s 30s 1m … 2h") into durations.
@@ -278,21 +321,89 @@ mod tests {
         );
     }
 
+    /// RocketMQ's HookUtils.checkIfTimerMessage: a delay level > 0 wins and the timer
+    /// properties are ignored, whichever of them is set, even one that would be refused.
     #[test]
-    fn timers_win_over_delay_levels() {
+    fn delay_levels_win_over_timers() {
+        let timers = [
+            (keys::TIMER_DELAY_SEC, "3"),
+            (keys::TIMER_DELAY_MS, "3000"),
+            (keys::TIMER_DELIVER_MS, "1003000"),
+        ];
+        for timer in timers {
+            assert_eq!(
+                place(&[timer], 0),
+                Ok(Destination::Timer { due_ms: NOW + 3000 }),
+                "{timer:?} alone"
+            );
+            assert_eq!(
+                place(&[timer, (keys::DELAY_TIME_LEVEL, "2")], 0),
+                Ok(Destination::DelayLevel { level: 2 }),
+                "{timer:?} with a delay level"
+            );
+            // A committed transaction is placed by the same rule.
+            assert_eq!(
+                place(
+                    &[timer, (keys::DELAY_TIME_LEVEL, "2")],
+                    sysflag::TRANSACTION_COMMIT_TYPE
+                ),
+                Ok(Destination::DelayLevel { level: 2 })
+            );
+            assert_eq!(
+                place(&[timer], sysflag::TRANSACTION_COMMIT_TYPE),
+                Ok(Destination::Timer { due_ms: NOW + 3000 })
+            );
+        }
+        // A timer that alone is refused (too long, not a number) or already due changes nothing.
+        for timer in [
+            (keys::TIMER_DELAY_MS, "20000"),
+            (keys::TIMER_DELAY_SEC, "soon"),
+            (keys::TIMER_DELIVER_MS, "5"),
+        ] {
+            assert_eq!(
+                place(&[timer, (keys::DELAY_TIME_LEVEL, "99")], 0),
+                Ok(Destination::DelayLevel { level: 18 }),
+                "{timer:?} with a delay level"
+            );
+        }
+        // No levels configured: the delay asks for none that can be given, the timer is still
+        // void.
         assert_eq!(
-            place(
-                &[(keys::TIMER_DELAY_SEC, "3"), (keys::DELAY_TIME_LEVEL, "2")],
-                0
+            placement(
+                &props(&[(keys::TIMER_DELAY_SEC, "3"), (keys::DELAY_TIME_LEVEL, "2")]),
+                0,
+                NOW,
+                0,
+                MAX
             ),
-            Ok(Destination::Timer { due_ms: NOW + 3000 })
+            Ok(Destination::Deliver)
         );
-        // A timer already due is delivered, and the delay level is still ignored.
+    }
+
+    /// A DELAY that asks for no delay (0, negative — the DLQ's -1 — or no number) leaves the
+    /// timer in force.
+    #[test]
+    fn a_delay_of_no_level_leaves_the_timer() {
+        for level in ["0", "-1", "x"] {
+            assert_eq!(
+                place(
+                    &[
+                        (keys::DELAY_TIME_LEVEL, level),
+                        (keys::TIMER_DELAY_MS, "100")
+                    ],
+                    0
+                ),
+                Ok(Destination::Timer { due_ms: NOW + 100 }),
+                "DELAY={level}"
+            );
+        }
+    }
+
+    /// Timers alone: already due is delivered, too long and not a number are refused.
+    #[test]
+    fn timers_alone() {
         assert_eq!(
-            place(
-                &[(keys::TIMER_DELIVER_MS, "5"), (keys::DELAY_TIME_LEVEL, "2")],
-                0
-            ),
+            place(&[(keys::TIMER_DELIVER_MS, "5")], 0),
             Ok(Destination::Deliver)
         );
         assert_eq!(
@@ -302,14 +413,51 @@ mod tests {
                 max_ms: MAX
             })
         );
-        // A committed transaction may carry a timer.
+        assert_eq!(
+            place(&[(keys::TIMER_DELAY_SEC, "3s")], 0),
+            Err(PlacementError::TimerIllegal {
+                property: keys::TIMER_DELAY_SEC,
+                value: "3s".into()
+            })
+        );
+        // The first present property decides: a bad one is not skipped for the next.
         assert_eq!(
             place(
-                &[(keys::TIMER_DELAY_MS, "100")],
-                sysflag::TRANSACTION_COMMIT_TYPE
+                &[
+                    (keys::TIMER_DELAY_MS, "x"),
+                    (keys::TIMER_DELIVER_MS, "1000100")
+                ],
+                0
             ),
-            Ok(Destination::Timer { due_ms: NOW + 100 })
+            Err(PlacementError::TimerIllegal {
+                property: keys::TIMER_DELAY_MS,
+                value: "x".into()
+            })
         );
+    }
+
+    /// Transactions: PREPARED parks as half before any delay or timer; ROLLBACK is never
+    /// parked; the TRAN_MSG property alone parks nothing.
+    #[test]
+    fn transactions_with_delays_and_timers() {
+        let both = [(keys::DELAY_TIME_LEVEL, "3"), (keys::TIMER_DELAY_SEC, "5")];
+        for (pairs, expected) in [
+            (&both[..], Destination::TransactionHalf),
+            (&both[..1], Destination::TransactionHalf),
+            (&both[1..], Destination::TransactionHalf),
+        ] {
+            assert_eq!(
+                place(pairs, sysflag::TRANSACTION_PREPARED_TYPE),
+                Ok(expected)
+            );
+            assert_eq!(
+                place(pairs, sysflag::TRANSACTION_ROLLBACK_TYPE),
+                Ok(Destination::Deliver)
+            );
+            let mut with_property = pairs.to_vec();
+            with_property.push((keys::TRANSACTION_PREPARED, "true"));
+            assert_eq!(place(&with_property, 0), Ok(Destination::Deliver));
+        }
     }
 
     #[test]
@@ -325,13 +473,15 @@ mod tests {
     }
 
     #[test]
-    fn due_time_from_properties() {
+    fn due_time_from_properties_in_rocketmqs_order() {
         let mut p = Properties::new();
-        assert_eq!(timer_due(&p, 1000), None);
-        p.insert(keys::TIMER_DELAY_SEC, "3");
-        assert_eq!(timer_due(&p, 1000), Some(4000));
+        assert_eq!(timer_due(&p, 1000), Ok(None));
         p.insert(keys::TIMER_DELIVER_MS, "99999");
-        assert_eq!(timer_due(&p, 1000), Some(99999));
+        assert_eq!(timer_due(&p, 1000), Ok(Some(99999)));
+        p.insert(keys::TIMER_DELAY_MS, "20");
+        assert_eq!(timer_due(&p, 1000), Ok(Some(1020)));
+        p.insert(keys::TIMER_DELAY_SEC, "3");
+        assert_eq!(timer_due(&p, 1000), Ok(Some(4000)));
     }
 
     #[test]
@@ -361,9 +511,15 @@ mod tests {
             body: Default::default(),
             properties: Properties::new(),
         };
+        for key in TIMER_KEYS {
+            m.properties.insert(key, "1");
+        }
         park_at(&mut m, Destination::DelayLevel { level: 2 });
         assert_eq!((m.topic.as_str(), m.queue_id), (SCHEDULE_TOPIC, 1));
         assert_eq!(m.properties.get(keys::DELAY_TIME_LEVEL), Some("2"));
+        for key in TIMER_KEYS {
+            assert_eq!(m.properties.get(key), None, "{key} cleared: the delay won");
+        }
         assert!(unpark(&mut m));
         assert_eq!((m.topic.as_str(), m.queue_id), ("T", 3));
         assert!(!unpark(&mut m));

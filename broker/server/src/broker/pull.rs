@@ -11,7 +11,7 @@ use conveyor_protocol::code::response_code as resp;
 use conveyor_protocol::command::RemotingCommand;
 use conveyor_protocol::header::PullMessageHeader;
 use conveyor_protocol::route::{perm, EXPRESSION_TYPE_SQL92};
-use conveyor_store::{GetResult, GetStatus, MessageStore};
+use conveyor_store::{GetResult, GetStatus, MessageStore, StoreError};
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
@@ -22,7 +22,7 @@ use super::filter::TagFilter;
 use super::groups::SubscriptionGroupManager;
 use super::hold::PullHold;
 use super::offsets::ConsumerOffsetManager;
-use super::reply::{bad_header, error_response, ok, Reply};
+use super::reply::{bad_header, error_response, ok, store_error_response, Reply};
 use super::stats::BrokerStats;
 use super::topics::TopicConfigManager;
 
@@ -59,6 +59,21 @@ pub fn pull_code(r: &GetResult, requested: i64) -> (i32, i64) {
             (resp::PULL_OFFSET_MOVED, r.next_begin_offset)
         }
     }
+}
+
+/// The answer to a pull whose read failed (an unreadable block: EIO): SYSTEM_ERROR with the
+/// store's message ("read failed at commitlog offset N: Input/output error"), as RocketMQ
+/// answers a store failure. Only this pull fails; the connection and other queues go on, and
+/// the client retries it (after the disk is repaired it succeeds).
+fn read_failed(
+    req: &RemotingCommand,
+    topic: &str,
+    queue_id: i32,
+    offset: i64,
+    e: &StoreError,
+) -> RemotingCommand {
+    tracing::error!(topic, queue_id, offset, error = %e, "pull read failed");
+    store_error_response(req, e)
 }
 
 /// What a PullMessageProcessor needs from the rest of the broker.
@@ -219,7 +234,8 @@ impl PullMessageProcessor {
             arrived.as_mut().enable();
             let r = self
                 .read(topic, queue_id, offset, max_count, max_bytes, &filter)
-                .await;
+                .await
+                .map_err(|e| read_failed(req, topic, queue_id, offset, &e))?;
             let (code, next) = pull_code(&r, offset);
             if code == resp::PULL_NOT_FOUND && may_hold && Instant::now() < deadline {
                 let woken = tokio::select! {
@@ -232,7 +248,8 @@ impl PullMessageProcessor {
                 // Timed out: one last look, then answer.
                 let r = self
                     .read(topic, queue_id, offset, max_count, max_bytes, &filter)
-                    .await;
+                    .await
+                    .map_err(|e| read_failed(req, topic, queue_id, offset, &e))?;
                 let (code, next) = pull_code(&r, offset);
                 return Ok(self.pull_response(conn, req, code, next, &r).await);
             }
@@ -240,9 +257,11 @@ impl PullMessageProcessor {
         }
     }
 
-    /// Reads from the store: right here when the records are in memory, on the blocking pool
-    /// when reading them would fault pages in from the disk (a consumer catching up from old
-    /// data must not stall the runtime worker that also serves producers).
+    /// Reads from the store: right here, through the mappings, when the entries and records
+    /// are in memory; on the blocking pool with positional reads when they are not (a
+    /// consumer catching up from old data must not stall the runtime worker that also
+    /// serves producers, and a block the disk cannot read must come back as an error for
+    /// this pull, not as a SIGBUS that ends the broker).
     async fn read(
         &self,
         topic: &str,
@@ -251,24 +270,24 @@ impl PullMessageProcessor {
         max_count: usize,
         max_bytes: usize,
         filter: &TagFilter,
-    ) -> GetResult {
+    ) -> Result<GetResult, StoreError> {
         if self
             .store
             .is_resident(topic, queue_id, offset, max_count, max_bytes)
         {
-            return self
+            return Ok(self
                 .store
-                .get_messages(topic, queue_id, offset, max_count, max_bytes, filter);
+                .get_messages(topic, queue_id, offset, max_count, max_bytes, filter));
         }
         let Ok(_permit) = self.cold_reads.acquire().await else {
             return self
                 .store
-                .get_messages(topic, queue_id, offset, max_count, max_bytes, filter);
+                .get_messages_cold(topic, queue_id, offset, max_count, max_bytes, filter);
         };
         let (store, owned_topic, owned_filter) =
             (self.store.clone(), topic.to_string(), filter.clone());
         let read = tokio::task::spawn_blocking(move || {
-            store.get_messages(
+            store.get_messages_cold(
                 &owned_topic,
                 queue_id,
                 offset,
@@ -282,7 +301,7 @@ impl PullMessageProcessor {
             // The blocking pool is gone (runtime shutting down): read here.
             Err(_) => self
                 .store
-                .get_messages(topic, queue_id, offset, max_count, max_bytes, filter),
+                .get_messages_cold(topic, queue_id, offset, max_count, max_bytes, filter),
         }
     }
 

@@ -39,6 +39,8 @@ pub fn store_error_response(req: &RemotingCommand, e: &StoreError) -> RemotingCo
             resp::SERVICE_NOT_AVAILABLE
         }
         StoreError::InvalidConfig(_) => resp::INVALID_PARAMETER,
+        // An unreadable block (EIO): only that read fails, with RocketMQ's code for it.
+        StoreError::ReadFailed { .. } => resp::SYSTEM_ERROR,
         _ => resp::SYSTEM_ERROR,
     };
     error_response(req, code, e.to_string())
