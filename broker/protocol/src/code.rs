@@ -45,6 +45,10 @@ pub mod request_code {
     pub const END_TRANSACTION: i32 = 37;
     /// Client ids of a consumer group.
     pub const GET_CONSUMER_LIST_BY_GROUP: i32 = 38;
+    /// Slave → master: every committed consumer offset (SlaveSynchronize).
+    pub const GET_ALL_CONSUMER_OFFSET: i32 = 43;
+    /// Slave → master: the delay-level delivery progress (SlaveSynchronize).
+    pub const GET_ALL_DELAY_OFFSET: i32 = 45;
     /// Broker → client, oneway: ask for a transaction's state.
     pub const CHECK_TRANSACTION_STATE: i32 = 39;
     /// Broker → client, oneway: group membership changed, rebalance.
@@ -164,6 +168,8 @@ pub mod request_code {
             CONSUMER_SEND_MSG_BACK => "CONSUMER_SEND_MSG_BACK",
             END_TRANSACTION => "END_TRANSACTION",
             GET_CONSUMER_LIST_BY_GROUP => "GET_CONSUMER_LIST_BY_GROUP",
+            GET_ALL_CONSUMER_OFFSET => "GET_ALL_CONSUMER_OFFSET",
+            GET_ALL_DELAY_OFFSET => "GET_ALL_DELAY_OFFSET",
             CHECK_TRANSACTION_STATE => "CHECK_TRANSACTION_STATE",
             NOTIFY_CONSUMER_IDS_CHANGED => "NOTIFY_CONSUMER_IDS_CHANGED",
             LOCK_BATCH_MQ => "LOCK_BATCH_MQ",

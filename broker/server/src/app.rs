@@ -172,6 +172,7 @@ pub async fn start(mut cfg: AppConfig) -> Result<Running, StartError> {
                 .clone()
                 .run(ha_listener, shutdown.clone()),
         );
+        tasks.spawn(broker.clone().run_slave_sync(shutdown.clone()));
         running.replication_addr = Some(ha_addr);
         tasks.spawn(serve(listener, broker, shutdown.clone(), cfg.limits));
         tracing::info!(%addr, advertised = %cfg.broker.advertised_addr, "broker listening");

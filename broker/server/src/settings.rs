@@ -408,6 +408,9 @@ fn replication_config(
             .housekeeping_interval_ms
             .unwrap_or(d.housekeeping_interval_ms),
         max_gap_bytes: r.max_gap_bytes.unwrap_or(d.max_gap_bytes),
+        metadata_sync_interval_ms: r
+            .metadata_sync_interval_ms
+            .unwrap_or(d.metadata_sync_interval_ms),
     })
 }
 

@@ -22,7 +22,7 @@ use tokio::time::Instant;
 const TOPIC: &str = "Replicated";
 
 /// Short heartbeats and timeouts so that failures show within the test's deadlines.
-const REPLICATION: &str = "[replication]\nslave-timeout-ms = 1500\nheartbeat-interval-ms = 200\nhousekeeping-interval-ms = 2000\n";
+const REPLICATION: &str = "[replication]\nslave-timeout-ms = 1500\nheartbeat-interval-ms = 200\nhousekeeping-interval-ms = 2000\nmetadata-sync-interval-ms = 200\n";
 
 /// A test directory with a settings file for the given extra settings.
 struct Node {

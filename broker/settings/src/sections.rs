@@ -215,6 +215,9 @@ section! {
         /// `max-gap-bytes`: a slave further behind than this does not count as available; sends
         /// then get SLAVE_NOT_AVAILABLE at once (`haMaxGapNotInSync`). Default `268435456`.
         pub max_gap_bytes: u64,
+        /// `metadata-sync-interval-ms`: how often a slave copies its master's topics, groups,
+        /// consumer offsets and delay progress (SlaveSynchronize). Default `10000`.
+        pub metadata_sync_interval_ms: u64,
     }
 }
 

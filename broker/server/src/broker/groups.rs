@@ -107,6 +107,22 @@ impl SubscriptionGroupManager {
         })
     }
 
+    /// Takes the master's groups as this slave's (SlaveSynchronize) and persists them when
+    /// they changed. Returns whether anything changed.
+    pub fn replace_all(
+        &self,
+        table: BTreeMap<String, SubscriptionGroupConfig>,
+    ) -> Result<bool, ConfigFileError> {
+        let mut s = self.state.write().unwrap_or_else(|e| e.into_inner());
+        if s.table == table {
+            return Ok(false);
+        }
+        s.table = table;
+        s.data_version.counter += 1;
+        s.data_version.timestamp = conveyor_protocol::time::now_ms();
+        self.file.store(&*s).map(|()| true)
+    }
+
     /// Persists the table if an auto-creation changed it since the last save.
     pub fn persist_if_dirty(&self) -> Result<(), ConfigFileError> {
         if !self.dirty.swap(false, Ordering::AcqRel) {

@@ -45,6 +45,7 @@ pub mod reply;
 pub mod retry;
 pub mod schedule;
 pub mod send;
+pub mod slave_sync;
 pub mod stats;
 pub mod timer;
 pub mod topics;
@@ -74,7 +75,7 @@ use parking::ParkingRules;
 use pull::{PullDeps, PullMessageProcessor};
 use query::QueryMessageProcessor;
 use register::NameServerRegistrar;
-use reply::{not_supported, refuse_on_slave, Reply};
+use reply::{json_body, not_supported, refuse_on_slave, Reply};
 use retry::SendMsgBackProcessor;
 use schedule::ScheduleMessageService;
 use send::{SendDeps, SendMessageProcessor};
@@ -255,10 +256,12 @@ impl Broker {
             &config_dir,
             &config,
             store_host,
-            store.clone(),
-            durability.clone(),
-            clients.clone(),
-            topics.clone(),
+            transaction::TransactionDeps {
+                store: store.clone(),
+                durability: durability.clone(),
+                clients: clients.clone(),
+                topics: topics.clone(),
+            },
             parking,
         )?);
         let stopping = CancellationToken::new();
@@ -412,6 +415,19 @@ impl Broker {
         self.persist_offsets();
     }
 
+    /// Copies the master's metadata until `shutdown` (a slave's job).
+    pub async fn run_slave_sync(self: Arc<Self>, shutdown: CancellationToken) {
+        let sync = slave_sync::SlaveSynchronize {
+            replication: self.replication.clone(),
+            topics: self.topics.clone(),
+            groups: self.groups.clone(),
+            offsets: self.offsets.clone(),
+            schedule: self.schedule.clone(),
+        };
+        let interval = self.replication.config().metadata_sync_interval();
+        sync.run(interval, shutdown).await
+    }
+
     /// Runs the delay-level delivery until `shutdown` (a master's job: it writes).
     pub async fn run_schedule(self: Arc<Self>, shutdown: CancellationToken) {
         if self.replication.is_master() {
@@ -500,6 +516,8 @@ impl Broker {
             rc::UPDATE_AND_CREATE_TOPIC => self.admin.create_topic(req).await,
             rc::DELETE_TOPIC_IN_BROKER => self.admin.delete_topic(req).await,
             rc::GET_ALL_TOPIC_CONFIG => self.admin.all_topic_config(req),
+            rc::GET_ALL_CONSUMER_OFFSET => json_body(req, self.offsets.to_json()),
+            rc::GET_ALL_DELAY_OFFSET => json_body(req, self.schedule.progress_json()),
             rc::GET_TOPIC_CONFIG => self.admin.topic_config(req),
             rc::GET_BROKER_CONFIG => self.admin.broker_config(req),
             rc::GET_BROKER_RUNTIME_INFO => self.admin.runtime_info(req),

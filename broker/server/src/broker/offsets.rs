@@ -147,12 +147,28 @@ impl ConsumerOffsetManager {
         self.dirty.store(true, Ordering::Release);
     }
 
-    /// Writes the table if it changed since the last write.
-    pub fn persist(&self) -> Result<(), ConfigFileError> {
-        if !self.dirty.swap(false, Ordering::AcqRel) {
-            return Ok(());
-        }
-        let snapshot = Persisted {
+    /// Every committed offset as RocketMQ's `ConsumerOffsetSerializeWrapper` body
+    /// (`{"offsetTable":{"topic@group":{"0":12}}}`, GET_ALL_CONSUMER_OFFSET).
+    pub fn to_json(&self) -> Result<Vec<u8>, conveyor_protocol::json::JsonError> {
+        conveyor_protocol::json::to_vec(&self.snapshot())
+    }
+
+    /// Takes the master's offsets (a GET_ALL_CONSUMER_OFFSET body) as this slave's
+    /// (SlaveSynchronize); they are persisted with the next periodic write.
+    pub fn replace_from_json(&self, body: &[u8]) -> Result<(), conveyor_protocol::json::JsonError> {
+        let p: Persisted = conveyor_protocol::json::from_slice(body)?;
+        let table = p
+            .offset_table
+            .into_iter()
+            .map(|(k, v)| (k, v.into_iter().collect()))
+            .collect();
+        *self.table.lock().unwrap_or_else(|e| e.into_inner()) = table;
+        self.dirty.store(true, Ordering::Release);
+        Ok(())
+    }
+
+    fn snapshot(&self) -> Persisted {
+        Persisted {
             offset_table: self
                 .table
                 .lock()
@@ -160,7 +176,15 @@ impl ConsumerOffsetManager {
                 .iter()
                 .map(|(k, v)| (k.clone(), v.iter().map(|(q, o)| (*q, *o)).collect()))
                 .collect(),
-        };
+        }
+    }
+
+    /// Writes the table if it changed since the last write.
+    pub fn persist(&self) -> Result<(), ConfigFileError> {
+        if !self.dirty.swap(false, Ordering::AcqRel) {
+            return Ok(());
+        }
+        let snapshot = self.snapshot();
         self.file.store(&snapshot).inspect_err(|_| {
             self.dirty.store(true, Ordering::Release);
         })

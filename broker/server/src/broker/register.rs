@@ -113,9 +113,10 @@ impl NameServerRegistrar {
                 match link.call(request, REGISTER_TIMEOUT).await {
                     Ok(r) if r.code == resp::SUCCESS => {
                         // A slave learns where its master's replication stream is.
-                        if let Some(ha) = r.get_str_opt("haServerAddr") {
-                            self.replication.learn_master(ha);
-                        }
+                        self.replication.learn_master(
+                            r.get_str_opt("masterAddr").unwrap_or_default(),
+                            r.get_str_opt("haServerAddr").unwrap_or_default(),
+                        );
                         true
                     }
                     Ok(r) => {

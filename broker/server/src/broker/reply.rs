@@ -58,3 +58,8 @@ pub fn refuse_on_slave(req: &RemotingCommand, replication: &crate::ha::Replicati
         "this broker is a slave: it takes no writes; send to the master of its group",
     ))
 }
+
+/// A success answer carrying a JSON body, or SYSTEM_ERROR when it could not be encoded.
+pub fn json_body(req: &RemotingCommand, body: Result<Vec<u8>, JsonError>) -> Reply {
+    Ok(ok(req).with_body(body.map_err(internal(req))?))
+}

@@ -22,6 +22,17 @@ use super::hold::PullHold;
 use super::parking::unpark;
 use super::topics::SCHEDULE_TOPIC;
 
+/// Why a progress body from the master could not be taken.
+#[derive(Debug, thiserror::Error)]
+pub enum SyncBodyError {
+    /// Not the JSON expected.
+    #[error("bad progress body: {0}")]
+    Json(#[from] conveyor_protocol::json::JsonError),
+    /// Saving it failed.
+    #[error(transparent)]
+    File(#[from] ConfigFileError),
+}
+
 #[derive(Debug, Default, Serialize, Deserialize)]
 struct Persisted {
     #[serde(rename = "offsetTable", default)]
@@ -116,6 +127,25 @@ impl ScheduleMessageService {
             delay_levels,
             progress,
         })
+    }
+
+    /// The delivery progress as RocketMQ's `delayOffset.json` body (GET_ALL_DELAY_OFFSET).
+    pub fn progress_json(&self) -> Result<Vec<u8>, conveyor_protocol::json::JsonError> {
+        conveyor_protocol::json::to_vec(&self.progress.snapshot())
+    }
+
+    /// Takes the master's progress (a GET_ALL_DELAY_OFFSET body) as this slave's and saves
+    /// it (SlaveSynchronize), so that a promoted slave delivers from about where the master
+    /// was (a delayed message may be delivered twice, never skipped: progress lags).
+    pub fn replace_progress(&self, body: &[u8]) -> Result<(), SyncBodyError> {
+        let p: Persisted = conveyor_protocol::json::from_slice(body)?;
+        *self
+            .progress
+            .table
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = p.offset_table;
+        let snapshot = self.progress.snapshot();
+        Ok(self.progress.write(&snapshot)?)
     }
 
     /// Runs one delivery task per level until `shutdown`.

@@ -172,6 +172,27 @@ impl TopicConfigManager {
         (s.topic_config_table.clone(), s.data_version)
     }
 
+    /// Takes the master's table as this slave's (SlaveSynchronize) and persists it when it
+    /// changed; the master's version comes with it. Returns whether anything changed.
+    pub fn replace_all(
+        &self,
+        table: BTreeMap<String, TopicConfig>,
+        version: DataVersion,
+    ) -> Result<bool, ConfigFileError> {
+        {
+            let mut s = self.state.write().unwrap_or_else(|e| e.into_inner());
+            if s.topic_config_table == table {
+                return Ok(false);
+            }
+            for name in table.keys() {
+                s.deleted.remove(name);
+            }
+            s.topic_config_table = table;
+            s.data_version = version;
+        }
+        self.persist().map(|()| true)
+    }
+
     /// Creates or replaces a topic and persists the table.
     pub fn upsert(&self, config: TopicConfig) -> Result<(), ConfigFileError> {
         {

@@ -115,6 +115,18 @@ pub struct TransactionalMessageService {
     policy: CheckPolicy,
 }
 
+/// What the transaction service needs from the rest of the broker.
+pub struct TransactionDeps {
+    /// Half, op and committed messages are read and written here.
+    pub store: Arc<MessageStore>,
+    /// When a commit and its op record count as written.
+    pub durability: Arc<Durability>,
+    /// Live producer connections to check back on.
+    pub clients: Arc<ClientManager>,
+    /// Where TRANS_CHECK_MAX_TIME_TOPIC is created.
+    pub topics: Arc<TopicConfigManager>,
+}
+
 impl TransactionalMessageService {
     /// Loads `config/transactionProgress.json` and rebuilds the bookkeeping from the
     /// recovered store before anything is served: progress saved past a log that a power loss
@@ -124,12 +136,15 @@ impl TransactionalMessageService {
         config_dir: &Path,
         config: &BrokerConfig,
         store_host: SocketAddr,
-        store: Arc<MessageStore>,
-        durability: Arc<Durability>,
-        clients: Arc<ClientManager>,
-        topics: Arc<TopicConfigManager>,
+        deps: TransactionDeps,
         parking: ParkingRules,
     ) -> Result<Self, ConfigFileError> {
+        let TransactionDeps {
+            store,
+            durability,
+            clients,
+            topics,
+        } = deps;
         let file = ConfigFile::new(config_dir, "transactionProgress.json");
         let p: Persisted = file.load()?.unwrap_or_default();
         let service = Self {

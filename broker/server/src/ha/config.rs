@@ -30,6 +30,8 @@ pub struct ReplicationConfig {
     pub housekeeping_interval_ms: u64,
     /// A slave further behind than this does not count as available.
     pub max_gap_bytes: u64,
+    /// How often a slave copies its master's topics, groups, offsets and delay progress.
+    pub metadata_sync_interval_ms: u64,
 }
 
 impl Default for ReplicationConfig {
@@ -45,6 +47,7 @@ impl Default for ReplicationConfig {
             heartbeat_interval_ms: 5_000,
             housekeeping_interval_ms: 20_000,
             max_gap_bytes: 256 << 20,
+            metadata_sync_interval_ms: 10_000,
         }
     }
 }
@@ -71,6 +74,11 @@ impl ReplicationConfig {
             BrokerRole::SyncMaster => self.in_sync_replicas.saturating_sub(1),
             BrokerRole::AsyncMaster | BrokerRole::Slave => 0,
         }
+    }
+
+    /// `metadata_sync_interval_ms`.
+    pub fn metadata_sync_interval(&self) -> Duration {
+        Duration::from_millis(self.metadata_sync_interval_ms.max(10))
     }
 
     /// `transfer_batch_bytes`, within what a frame may carry.

@@ -76,6 +76,8 @@ pub struct Replication {
     acks: ReplicaAcks,
     /// As a slave: the master's replication address (configured, or from the name server).
     master: watch::Sender<Option<String>>,
+    /// As a slave: the master's remoting address (from the name server), for metadata.
+    master_broker: std::sync::Mutex<Option<String>>,
     /// Numbers replication connections, so a slave's old connection is told from its new.
     next_connection: AtomicU64,
 }
@@ -125,6 +127,7 @@ impl Replication {
             store,
             acks,
             master: watch::Sender::new(master),
+            master_broker: std::sync::Mutex::new(None),
             next_connection: AtomicU64::new(1),
             config,
         })
@@ -175,10 +178,26 @@ impl Replication {
         }
     }
 
-    /// Tells a slave where its master's replication stream is (the name server's answer to a
-    /// registration); a configured `master-address` wins.
-    pub fn learn_master(&self, ha_addr: &str) {
-        if !self.config.master_address.is_empty() || ha_addr.is_empty() || self.is_master() {
+    /// The master's remoting address, once the name server told it (a slave).
+    pub fn master_broker(&self) -> Option<String> {
+        self.master_broker
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Tells a slave where its master is (the name server's answer to a registration):
+    /// `master_addr` for metadata, `ha_addr` for the replication stream (a configured
+    /// `master-address` wins for the stream).
+    pub fn learn_master(&self, master_addr: &str, ha_addr: &str) {
+        if self.is_master() {
+            return;
+        }
+        if !master_addr.is_empty() {
+            *self.master_broker.lock().unwrap_or_else(|e| e.into_inner()) =
+                Some(master_addr.to_string());
+        }
+        if !self.config.master_address.is_empty() || ha_addr.is_empty() {
             return;
         }
         self.master.send_if_modified(|current| {
