@@ -57,6 +57,9 @@ fn every_override() -> BTreeMap<String, String> {
         ("store.sync-flush-timeout-ms", "3000"),
         ("store.flush-interval-ms", "250"),
         ("store.flush-thorough-interval-ms", "5000"),
+        ("replication.slave-timeout-ms", "2000"),
+        ("replication.slave-ack", "\"flush\""),
+        ("replication.metadata-sync-interval-ms", "5000"),
     ]
     .into_iter()
     .map(|(k, v)| (k.to_string(), v.to_string()))
@@ -144,6 +147,31 @@ fn expected(mqc: &MessageQueueCluster, group: i32, ordinal: i32, pod_ip: &str) -
             .unwrap_or(d.transaction_check_interval_ms),
         transaction_check_max: num("broker.transaction-check-max")
             .map_or(d.transaction_check_max, |v| v as u32),
+        replication: {
+            let role = match (ordinal, spec.replication_mode) {
+                (0, ReplicationMode::Sync) => conveyor_settings::BrokerRole::SyncMaster,
+                (0, ReplicationMode::Async) => conveyor_settings::BrokerRole::AsyncMaster,
+                _ => conveyor_settings::BrokerRole::Slave,
+            };
+            let d = conveyor::ha::ReplicationConfig::default();
+            conveyor::ha::ReplicationConfig {
+                role,
+                // A SYNC_MASTER waits for every replica of its group.
+                in_sync_replicas: if role == conveyor_settings::BrokerRole::SyncMaster {
+                    spec.replicas_per_group as usize
+                } else {
+                    d.in_sync_replicas
+                },
+                slave_timeout_ms: num("replication.slave-timeout-ms").unwrap_or(d.slave_timeout_ms),
+                slave_ack: match o("replication.slave-ack") {
+                    Some("\"flush\"") => conveyor_settings::SlaveAck::Flush,
+                    _ => d.slave_ack,
+                },
+                metadata_sync_interval_ms: num("replication.metadata-sync-interval-ms")
+                    .unwrap_or(d.metadata_sync_interval_ms),
+                ..d
+            }
+        },
     };
     let d = StoreConfig::new("/var/lib/conveyor");
     let store = StoreConfig {
@@ -171,6 +199,7 @@ fn expected(mqc: &MessageQueueCluster, group: i32, ordinal: i32, pod_ip: &str) -
         role: Role::Broker,
         namesrv_listen: "0.0.0.0:9876".parse().unwrap(),
         broker_listen: "0.0.0.0:10911".parse().unwrap(),
+        replication_listen: "0.0.0.0:10912".parse().unwrap(),
         http_listen: Some("0.0.0.0:8080".parse().unwrap()),
         broker,
         store,
