@@ -127,7 +127,7 @@ pub mod request_code {
     pub const RECALL_MESSAGE: i32 = 370;
     /// 5.x server-side rebalance.
     pub const QUERY_ASSIGNMENT: i32 = 400;
-    /// Broker → name server heartbeat (controller / acting-master modes).
+    /// Broker → controller (and name server) heartbeat: alive, with its epoch and log end.
     pub const BROKER_HEARTBEAT: i32 = 904;
     /// 5.x POP consumer: pop messages.
     pub const POP_MESSAGE: i32 = 200_050;
@@ -145,6 +145,14 @@ pub mod request_code {
     pub const POP_ROLLBACK: i32 = 200_056;
     /// 5.x POP consumer: batch acknowledge.
     pub const BATCH_ACK_MESSAGE: i32 = 200_151;
+    /// Master → controller: change the in-sync set (compare-and-set on its epoch).
+    pub const CONTROLLER_ALTER_SYNC_STATE_SET: i32 = 1001;
+    /// Admin → controller: elect a master (a switchover to a designated replica).
+    pub const CONTROLLER_ELECT_MASTER: i32 = 1002;
+    /// Broker → controller: register a replica.
+    pub const CONTROLLER_REGISTER_BROKER: i32 = 1003;
+    /// Broker/admin → controller: the master, epoch and in-sync set of a group.
+    pub const CONTROLLER_GET_REPLICA_INFO: i32 = 1004;
 
     /// The constant name of a request code, for logs and remarks.
     pub fn name(code: i32) -> Option<&'static str> {
@@ -168,6 +176,10 @@ pub mod request_code {
             CONSUMER_SEND_MSG_BACK => "CONSUMER_SEND_MSG_BACK",
             END_TRANSACTION => "END_TRANSACTION",
             GET_CONSUMER_LIST_BY_GROUP => "GET_CONSUMER_LIST_BY_GROUP",
+            CONTROLLER_ALTER_SYNC_STATE_SET => "CONTROLLER_ALTER_SYNC_STATE_SET",
+            CONTROLLER_ELECT_MASTER => "CONTROLLER_ELECT_MASTER",
+            CONTROLLER_REGISTER_BROKER => "CONTROLLER_REGISTER_BROKER",
+            CONTROLLER_GET_REPLICA_INFO => "CONTROLLER_GET_REPLICA_INFO",
             GET_ALL_CONSUMER_OFFSET => "GET_ALL_CONSUMER_OFFSET",
             GET_ALL_DELAY_OFFSET => "GET_ALL_DELAY_OFFSET",
             CHECK_TRANSACTION_STATE => "CHECK_TRANSACTION_STATE",
@@ -311,6 +323,18 @@ pub mod response_code {
     pub const ILLEGAL_OPERATION: i32 = 604;
     /// Server going away; clients reconnect elsewhere.
     pub const GO_AWAY: i32 = 1500;
+    /// Controller: the request's master epoch is not the current one.
+    pub const CONTROLLER_FENCED_MASTER_EPOCH: i32 = 2000;
+    /// Controller: the request's in-sync set epoch is stale.
+    pub const CONTROLLER_FENCED_SYNC_STATE_SET_EPOCH: i32 = 2001;
+    /// Controller: the requester is not the master.
+    pub const CONTROLLER_INVALID_MASTER: i32 = 2002;
+    /// Controller: no replica can become master.
+    pub const CONTROLLER_MASTER_NOT_AVAILABLE: i32 = 2004;
+    /// Controller: the group or broker is unknown.
+    pub const CONTROLLER_BROKER_METADATA_NOT_EXIST: i32 = 2008;
+    /// Controller: the in-sync set change was refused.
+    pub const CONTROLLER_ALTER_SYNC_STATE_SET_FAILED: i32 = 2013;
 
     /// The constant name of a response code, for logs.
     pub fn name(code: i32) -> Option<&'static str> {
@@ -323,6 +347,12 @@ pub mod response_code {
             FLUSH_DISK_TIMEOUT => "FLUSH_DISK_TIMEOUT",
             SLAVE_NOT_AVAILABLE => "SLAVE_NOT_AVAILABLE",
             FLUSH_SLAVE_TIMEOUT => "FLUSH_SLAVE_TIMEOUT",
+            CONTROLLER_FENCED_MASTER_EPOCH => "CONTROLLER_FENCED_MASTER_EPOCH",
+            CONTROLLER_FENCED_SYNC_STATE_SET_EPOCH => "CONTROLLER_FENCED_SYNC_STATE_SET_EPOCH",
+            CONTROLLER_INVALID_MASTER => "CONTROLLER_INVALID_MASTER",
+            CONTROLLER_MASTER_NOT_AVAILABLE => "CONTROLLER_MASTER_NOT_AVAILABLE",
+            CONTROLLER_BROKER_METADATA_NOT_EXIST => "CONTROLLER_BROKER_METADATA_NOT_EXIST",
+            CONTROLLER_ALTER_SYNC_STATE_SET_FAILED => "CONTROLLER_ALTER_SYNC_STATE_SET_FAILED",
             MESSAGE_ILLEGAL => "MESSAGE_ILLEGAL",
             SERVICE_NOT_AVAILABLE => "SERVICE_NOT_AVAILABLE",
             VERSION_NOT_SUPPORTED => "VERSION_NOT_SUPPORTED",

@@ -24,6 +24,8 @@ pub enum Role {
     Broker,
     /// A name server and a broker in one process (`conveyor standalone`).
     Standalone,
+    /// The replication controller (`conveyor controller`).
+    Controller,
 }
 
 /// Everything needed to start.
@@ -31,6 +33,10 @@ pub enum Role {
 pub struct AppConfig {
     /// Which servers to run.
     pub role: Role,
+    /// Controller listen address (Controller).
+    pub controller_listen: SocketAddr,
+    /// How the controller decides (Controller); its state goes to the store's data dir.
+    pub controller: crate::controller::ControllerConfig,
     /// Name server listen address (NameServer, Standalone).
     pub namesrv_listen: SocketAddr,
     /// Broker listen address (Broker, Standalone).
@@ -66,12 +72,17 @@ pub enum StartError {
     /// Opening the broker panicked (on the blocking pool).
     #[error("opening the broker panicked")]
     Panicked,
+    /// The controller's state could not be read.
+    #[error("controller state: {0}")]
+    Controller(crate::broker::config_file::ConfigFileError),
 }
 
 /// A running process.
 pub struct Running {
     /// Where the name server listens, when this process runs one.
     pub namesrv_addr: Option<SocketAddr>,
+    /// Where the controller listens, when this process runs one.
+    pub controller_addr: Option<SocketAddr>,
     /// Where the broker listens, when this process runs one.
     pub broker_addr: Option<SocketAddr>,
     /// Where the broker's replication stream listens, when this process runs a broker.
@@ -107,6 +118,7 @@ pub async fn start(mut cfg: AppConfig) -> Result<Running, StartError> {
     let mut tasks = JoinSet::new();
     let mut running = Running {
         namesrv_addr: None,
+        controller_addr: None,
         broker_addr: None,
         replication_addr: None,
         http_addr: None,
@@ -114,6 +126,26 @@ pub async fn start(mut cfg: AppConfig) -> Result<Running, StartError> {
         shutdown: shutdown.clone(),
         tasks: JoinSet::new(),
     };
+    if cfg.role == Role::Controller {
+        let listener = bind(cfg.controller_listen).await?;
+        let addr = listener.local_addr().map_err(|source| StartError::Bind {
+            addr: cfg.controller_listen,
+            source,
+        })?;
+        let store = crate::controller::state_store::FileStateStore::new(&cfg.store.root)
+            .map_err(StartError::Controller)?;
+        let controller = Arc::new(
+            crate::controller::Controller::open(cfg.controller.clone(), Box::new(store))
+                .map_err(StartError::Controller)?,
+        );
+        running.controller_addr = Some(addr);
+        {
+            let (c, stop) = (controller.clone(), shutdown.clone());
+            tasks.spawn(async move { c.run_detection(stop).await });
+        }
+        tasks.spawn(serve(listener, controller, shutdown.clone(), cfg.limits));
+        tracing::info!(%addr, "controller listening");
+    }
     if matches!(cfg.role, Role::NameServer | Role::Standalone) {
         let listener = bind(cfg.namesrv_listen).await?;
         let addr = listener.local_addr().map_err(|source| StartError::Bind {

@@ -6,6 +6,7 @@
 //! - [`broker`]: send, pull (long polling), consumer groups, offsets, admin, registration,
 //!   delay levels, timers and transactions on top of `conveyor-store`, as small services
 //!   that [`broker::Broker`] composes and dispatches requests to.
+//! - [`controller`]: the replication controller (who is master, epochs, in-sync sets).
 //! - [`ha`]: master/slave replication of the CommitLog on its own port.
 //! - [`health`]: `/healthz`, `/readyz`, `/metrics`.
 //! - [`app`]: starting and stopping a process in any role (`conveyor standalone` included).
@@ -15,6 +16,7 @@
 
 pub mod app;
 pub mod broker;
+pub mod controller;
 pub mod ha;
 pub mod health;
 pub mod namesrv;

@@ -28,6 +28,8 @@ enum Command {
     Namesrv(ServerArgs),
     /// A broker.
     Broker(ServerArgs),
+    /// The replication controller (who is master of each broker group).
+    Controller(ServerArgs),
     /// Load generators against a running cluster.
     #[command(subcommand)]
     Bench(tools::BenchCommand),
@@ -53,6 +55,7 @@ fn main() -> anyhow::Result<()> {
             Command::Standalone(a) => (Role::Standalone, a),
             Command::Namesrv(a) => (Role::NameServer, a),
             Command::Broker(a) => (Role::Broker, a),
+            Command::Controller(a) => (Role::Controller, a),
             Command::Bench(cmd) => return tools::bench(cmd).await,
             Command::Admin(cmd) => return tools::admin(cmd).await,
         };

@@ -110,6 +110,9 @@ pub struct ServerArgs {
     /// A slave follows this master replication address instead of the name server's answer.
     #[arg(long, env = "CONVEYOR_MASTER_ADDRESS")]
     pub master_address: Option<String>,
+    /// Controllers that decide the broker's role, `host:port;host:port` (controller mode).
+    #[arg(long, env = "CONVEYOR_CONTROLLER_ADDR")]
+    pub controller_addr: Option<String>,
     /// Create unknown topics on first send.
     #[arg(long, env = "CONVEYOR_AUTO_CREATE_TOPIC")]
     pub auto_create_topic: Option<bool>,
@@ -188,7 +191,7 @@ impl ServerArgs {
     /// otherwise; `--namesrv-listen` only applies to `standalone`.
     pub fn layer(&self, role: Role) -> Settings {
         let (namesrv_listen, broker_listen) = match role {
-            Role::NameServer => (self.listen, None),
+            Role::NameServer | Role::Controller => (self.listen, None),
             Role::Broker => (None, self.listen),
             Role::Standalone => (self.namesrv_listen, self.listen),
         };
@@ -221,8 +224,10 @@ impl ServerArgs {
             replication: ReplicationSection {
                 listen: self.replication_listen,
                 master_address: self.master_address.clone(),
+                controller_addrs: self.controller_addr.as_deref().map(split_addrs),
                 ..Default::default()
             },
+            controller: Default::default(),
         }
     }
 }
@@ -255,6 +260,7 @@ pub fn app_config(role: Role, settings: Settings) -> Result<AppConfig, SettingsE
         store: s,
         http,
         replication: r,
+        controller: c,
     } = settings;
     let d = BrokerConfig::default();
     let broker = BrokerConfig {
@@ -266,7 +272,7 @@ pub fn app_config(role: Role, settings: Settings) -> Result<AppConfig, SettingsE
         // In standalone mode, empty means the embedded name server.
         namesrv_addrs: b.namesrv_addrs.unwrap_or_else(|| match role {
             Role::Standalone => Vec::new(),
-            Role::Broker | Role::NameServer => d.namesrv_addrs,
+            Role::Broker | Role::NameServer | Role::Controller => d.namesrv_addrs,
         }),
         auto_create_topic: b.auto_create_topic.unwrap_or(d.auto_create_topic),
         auto_create_subscription_group: b
@@ -331,6 +337,7 @@ pub fn app_config(role: Role, settings: Settings) -> Result<AppConfig, SettingsE
     };
     let default_ns = SocketAddr::from(([0, 0, 0, 0], 9876));
     let default_broker = SocketAddr::from(([0, 0, 0, 0], 10911));
+    let default_controller = SocketAddr::from(([0, 0, 0, 0], 9878));
     let http_listen = match http.listen.as_deref() {
         Some(s) => parse_http(s)?,
         None => Some(SocketAddr::from(([0, 0, 0, 0], 8080))),
@@ -338,11 +345,11 @@ pub fn app_config(role: Role, settings: Settings) -> Result<AppConfig, SettingsE
     // A role's listen address comes from its own section; the other one keeps the default.
     let namesrv_listen = match role {
         Role::NameServer | Role::Standalone => namesrv.listen.unwrap_or(default_ns),
-        Role::Broker => default_ns,
+        Role::Broker | Role::Controller => default_ns,
     };
     let broker_listen = match role {
         Role::Broker | Role::Standalone => b.listen.unwrap_or(default_broker),
-        Role::NameServer => default_broker,
+        Role::NameServer | Role::Controller => default_broker,
     };
     // The replication stream: `[replication] listen`, else the broker's port plus one (an
     // ephemeral broker port gets an ephemeral replication port).
@@ -353,8 +360,22 @@ pub fn app_config(role: Role, settings: Settings) -> Result<AppConfig, SettingsE
         };
         SocketAddr::new(broker_listen.ip(), port)
     });
+    let dc = crate::controller::ControllerConfig::default();
+    let controller = crate::controller::ControllerConfig {
+        detection: c
+            .detection_ms
+            .map(Duration::from_millis)
+            .unwrap_or(dc.detection),
+        allow_unclean: c.allow_unclean_election.unwrap_or(dc.allow_unclean),
+    };
+    let controller_listen = match role {
+        Role::Controller => c.listen.or(namesrv.listen).unwrap_or(default_controller),
+        _ => default_controller,
+    };
     Ok(AppConfig {
         role,
+        controller_listen,
+        controller,
         namesrv_listen,
         broker_listen,
         replication_listen,
@@ -372,6 +393,14 @@ fn replication_config(
     broker_id: i64,
     r: &ReplicationSection,
 ) -> Result<ReplicationConfig, SettingsError> {
+    if r.controller_addrs.as_ref().is_some_and(|a| !a.is_empty()) {
+        // The controller decides; the broker starts fenced. Any id names the replica.
+        let role = BrokerRole::Slave;
+        return Ok(ReplicationConfig {
+            role,
+            ..replication_settings(role, r)
+        });
+    }
     let role = role.unwrap_or(if broker_id == 0 {
         BrokerRole::AsyncMaster
     } else {
@@ -394,8 +423,13 @@ fn replication_config(
         }
         _ => {}
     }
+    Ok(replication_settings(role, r))
+}
+
+/// The `[replication]` keys over their defaults.
+fn replication_settings(role: BrokerRole, r: &ReplicationSection) -> ReplicationConfig {
     let d = ReplicationConfig::default();
-    Ok(ReplicationConfig {
+    ReplicationConfig {
         role,
         advertised_addr: r.advertised_addr.clone().unwrap_or(d.advertised_addr),
         master_address: r.master_address.clone().unwrap_or(d.master_address),
@@ -411,7 +445,11 @@ fn replication_config(
         metadata_sync_interval_ms: r
             .metadata_sync_interval_ms
             .unwrap_or(d.metadata_sync_interval_ms),
-    })
+        controller_addrs: r.controller_addrs.clone().unwrap_or(d.controller_addrs),
+        controller_heartbeat_ms: r
+            .controller_heartbeat_ms
+            .unwrap_or(d.controller_heartbeat_ms),
+    }
 }
 
 fn store_flush_mode(m: FlushMode) -> conveyor_store::FlushMode {

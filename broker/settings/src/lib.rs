@@ -22,7 +22,9 @@ mod sections;
 mod values;
 
 pub use error::ParseError;
-pub use sections::{BrokerSection, HttpSection, NamesrvSection, ReplicationSection, StoreSection};
+pub use sections::{
+    BrokerSection, ControllerSection, HttpSection, NamesrvSection, ReplicationSection, StoreSection,
+};
 pub use values::{BrokerRole, FlushMode, SlaveAck};
 
 use serde::{Deserialize, Serialize};
@@ -46,10 +48,20 @@ pub struct Settings {
     /// `[replication]`: master/slave replication.
     #[serde(skip_serializing_if = "ReplicationSection::is_empty")]
     pub replication: ReplicationSection,
+    /// `[controller]`: the replication controller.
+    #[serde(skip_serializing_if = "ControllerSection::is_empty")]
+    pub controller: ControllerSection,
 }
 
 /// Names of the sections, as written in the file.
-pub const SECTIONS: [&str; 5] = ["namesrv", "broker", "store", "http", "replication"];
+pub const SECTIONS: [&str; 6] = [
+    "namesrv",
+    "broker",
+    "store",
+    "http",
+    "replication",
+    "controller",
+];
 
 impl Settings {
     /// `self` where set, else `lower` (section by section, key by key).
@@ -61,6 +73,7 @@ impl Settings {
             store: self.store.or(lower.store),
             http: self.http.or(lower.http),
             replication: self.replication.or(lower.replication),
+            controller: self.controller.or(lower.controller),
         }
     }
 
@@ -71,6 +84,7 @@ impl Settings {
             && self.store.is_empty()
             && self.http.is_empty()
             && self.replication.is_empty()
+            && self.controller.is_empty()
     }
 
     /// Parses a settings file. The error names the section, the key and the line at fault.

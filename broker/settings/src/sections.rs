@@ -182,6 +182,22 @@ section! {
 }
 
 section! {
+    /// `[controller]`: the replication controller (`conveyor controller`).
+    pub struct ControllerSection {
+        /// `listen`: address the controller listens on. Flag `--listen` (`controller`). Default
+        /// `"0.0.0.0:9878"`.
+        pub listen: SocketAddr,
+        /// `detection-ms`: a master silent this long is replaced
+        /// (`controllerHeartBeatTimeoutMills`). Default `10000`.
+        pub detection_ms: u64,
+        /// `allow-unclean-election`: elect a replica outside the in-sync set when no member of
+        /// it is alive; acknowledged messages can be lost (`enableElectUncleanMaster`).
+        /// Default `false`.
+        pub allow_unclean_election: bool,
+    }
+}
+
+section! {
     /// `[replication]`: master/slave replication of the CommitLog (RocketMQ's HA settings).
     pub struct ReplicationSection {
         /// `listen`: address the replication stream listens on (`haListenPort`). Default: the
@@ -215,6 +231,14 @@ section! {
         /// `max-gap-bytes`: a slave further behind than this does not count as available; sends
         /// then get SLAVE_NOT_AVAILABLE at once (`haMaxGapNotInSync`). Default `268435456`.
         pub max_gap_bytes: u64,
+        /// `controller-addrs`: controllers (`"host:port"`) that decide this broker's role; when
+        /// set, `broker-role` is ignored and the broker starts fenced (no writes) until the
+        /// controller names it master (`controllerAddr`). Default: none (roles from
+        /// `broker-role`).
+        pub controller_addrs: Vec<String>,
+        /// `controller-heartbeat-ms`: how often the broker heartbeats to its controller
+        /// (`brokerHeartbeatInterval`). Default `1000`.
+        pub controller_heartbeat_ms: u64,
         /// `metadata-sync-interval-ms`: how often a slave copies its master's topics, groups,
         /// consumer offsets and delay progress (SlaveSynchronize). Default `10000`.
         pub metadata_sync_interval_ms: u64,

@@ -211,6 +211,7 @@ pub fn broker_settings(
                 .then(|| broker.replicas_per_group.max(1) as usize),
             ..Default::default()
         },
+        controller: Default::default(),
     };
     let overrides = Settings {
         broker: section_overrides("broker", &broker_entries, &managed.broker)?,

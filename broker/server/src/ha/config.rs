@@ -32,6 +32,10 @@ pub struct ReplicationConfig {
     pub max_gap_bytes: u64,
     /// How often a slave copies its master's topics, groups, offsets and delay progress.
     pub metadata_sync_interval_ms: u64,
+    /// Controllers deciding the role; empty: the role is `role`.
+    pub controller_addrs: Vec<String>,
+    /// Heartbeat period to the controller.
+    pub controller_heartbeat_ms: u64,
 }
 
 impl Default for ReplicationConfig {
@@ -48,6 +52,8 @@ impl Default for ReplicationConfig {
             housekeeping_interval_ms: 20_000,
             max_gap_bytes: 256 << 20,
             metadata_sync_interval_ms: 10_000,
+            controller_addrs: Vec::new(),
+            controller_heartbeat_ms: 1_000,
         }
     }
 }

@@ -43,6 +43,8 @@ pub fn config(dir: &Path) -> AppConfig {
     let any: SocketAddr = "127.0.0.1:0".parse().expect("addr");
     AppConfig {
         role: Role::Standalone,
+        controller_listen: any,
+        controller: conveyor::controller::ControllerConfig::default(),
         namesrv_listen: any,
         broker_listen: any,
         replication_listen: any,

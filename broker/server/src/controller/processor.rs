@@ -1,0 +1,167 @@
+//! The controller's requests over RocketMQ's remoting protocol (the 1001-1004 and 904 codes
+//! of controller mode, with RocketMQ's header names), mapped to the [`Controller`] service.
+//! Every answer that concerns a group carries its replica info: `masterBrokerId` (-1 when
+//! none), `masterAddress`, `masterHaAddress` (Conveyor), `masterEpoch`, `syncStateSetEpoch`,
+//! and the body `{"syncStateSet":[..],"syncStateSetEpoch":n}`.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use conveyor_protocol::code::{request_code as rc, response_code as resp};
+use conveyor_protocol::command::RemotingCommand;
+use serde::{Deserialize, Serialize};
+
+use super::decide::{ControllerError, Member};
+use super::service::{Controller, ReplicaInfo, ServiceError};
+use crate::broker::reply::{error_response, ok, Reply};
+use crate::remoting::{not_supported, Connection, Processor};
+
+/// RocketMQ's SyncStateSet body.
+#[derive(Debug, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SyncStateSetBody {
+    /// Broker ids in the set.
+    pub sync_state_set: BTreeSet<i64>,
+    /// The set's epoch.
+    pub sync_state_set_epoch: u32,
+}
+
+/// The answer to `req` carrying `info`.
+pub fn replica_info_response(req: &RemotingCommand, info: &ReplicaInfo) -> RemotingCommand {
+    let body = SyncStateSetBody {
+        sync_state_set: info.sync_state_set.clone(),
+        sync_state_set_epoch: info.sync_state_set_epoch,
+    };
+    let member = info.master_member.clone().unwrap_or_default();
+    ok(req)
+        .with_ext("masterBrokerId", info.master.unwrap_or(-1))
+        .with_ext("masterAddress", member.addr)
+        .with_ext("masterHaAddress", member.ha_addr)
+        .with_ext("masterEpoch", info.master_epoch)
+        .with_ext("syncStateSetEpoch", info.sync_state_set_epoch)
+        .with_body(conveyor_protocol::json::to_vec(&body).unwrap_or_default())
+}
+
+/// Reads replica info back from an answer (the broker's side).
+pub fn parse_replica_info(r: &RemotingCommand) -> Result<ReplicaInfo, String> {
+    let master = r.get_i64("masterBrokerId").map_err(|e| e.to_string())?;
+    let body: SyncStateSetBody =
+        conveyor_protocol::json::from_slice(&r.body).map_err(|e| e.to_string())?;
+    Ok(ReplicaInfo {
+        master: (master >= 0).then_some(master),
+        master_member: (master >= 0).then(|| Member {
+            addr: r
+                .get_str_opt("masterAddress")
+                .unwrap_or_default()
+                .to_string(),
+            ha_addr: r
+                .get_str_opt("masterHaAddress")
+                .unwrap_or_default()
+                .to_string(),
+        }),
+        master_epoch: r.get_i64("masterEpoch").map_err(|e| e.to_string())? as u32,
+        sync_state_set: body.sync_state_set,
+        sync_state_set_epoch: body.sync_state_set_epoch,
+    })
+}
+
+fn refusal(req: &RemotingCommand, e: ServiceError) -> RemotingCommand {
+    let code = match &e {
+        ServiceError::Decision(ControllerError::FencedMasterEpoch { .. }) => {
+            resp::CONTROLLER_FENCED_MASTER_EPOCH
+        }
+        ServiceError::Decision(ControllerError::FencedSyncStateSetEpoch { .. }) => {
+            resp::CONTROLLER_FENCED_SYNC_STATE_SET_EPOCH
+        }
+        ServiceError::Decision(ControllerError::InvalidMaster(_)) => {
+            resp::CONTROLLER_INVALID_MASTER
+        }
+        ServiceError::Decision(ControllerError::InvalidSyncStateSet(_)) => {
+            resp::CONTROLLER_ALTER_SYNC_STATE_SET_FAILED
+        }
+        ServiceError::Decision(ControllerError::MasterNotAvailable(_)) => {
+            resp::CONTROLLER_MASTER_NOT_AVAILABLE
+        }
+        ServiceError::Decision(ControllerError::Unknown(_)) => {
+            resp::CONTROLLER_BROKER_METADATA_NOT_EXIST
+        }
+        ServiceError::Save(_) => resp::SYSTEM_ERROR,
+    };
+    error_response(req, code, e.to_string())
+}
+
+fn header<'a>(req: &'a RemotingCommand, key: &str) -> Result<&'a str, RemotingCommand> {
+    req.get_str(key)
+        .map_err(|e| error_response(req, resp::INVALID_PARAMETER, e.to_string()))
+}
+
+fn number(req: &RemotingCommand, key: &str) -> Result<i64, RemotingCommand> {
+    req.get_i64(key)
+        .map_err(|e| error_response(req, resp::INVALID_PARAMETER, e.to_string()))
+}
+
+impl Controller {
+    fn answer(&self, req: &RemotingCommand) -> Reply {
+        let info = match req.code {
+            rc::CONTROLLER_REGISTER_BROKER => {
+                let member = Member {
+                    addr: header(req, "brokerAddress")?.to_string(),
+                    ha_addr: req.get_str_opt("haAddress").unwrap_or_default().to_string(),
+                };
+                self.register(
+                    header(req, "clusterName")?,
+                    header(req, "brokerName")?,
+                    number(req, "brokerId")?,
+                    member,
+                )
+            }
+            rc::BROKER_HEARTBEAT => self.heartbeat(
+                header(req, "brokerName")?,
+                number(req, "brokerId")?,
+                number(req, "epoch")?.max(0) as u32,
+                number(req, "maxOffset")?.max(0) as u64,
+            ),
+            rc::CONTROLLER_GET_REPLICA_INFO => self.replica_info(header(req, "brokerName")?),
+            rc::CONTROLLER_ELECT_MASTER => {
+                let designated = req
+                    .get_i64_opt("brokerId")
+                    .ok()
+                    .flatten()
+                    .filter(|id| *id >= 0);
+                self.elect(header(req, "brokerName")?, designated)
+            }
+            rc::CONTROLLER_ALTER_SYNC_STATE_SET => {
+                let body: SyncStateSetBody = conveyor_protocol::json::from_slice(&req.body)
+                    .map_err(|e| error_response(req, resp::INVALID_PARAMETER, e.to_string()))?;
+                let epoch = self
+                    .alter_sync_state_set(
+                        header(req, "brokerName")?,
+                        number(req, "masterBrokerId")?,
+                        number(req, "masterEpoch")?.max(0) as u32,
+                        body.sync_state_set_epoch,
+                        body.sync_state_set,
+                    )
+                    .map_err(|e| refusal(req, e))?;
+                return Ok(ok(req).with_ext("newSyncStateSetEpoch", epoch));
+            }
+            _ => return Err(not_supported(req)),
+        };
+        info.map(|i| replica_info_response(req, &i))
+            .map_err(|e| refusal(req, e))
+    }
+}
+
+impl Processor for Controller {
+    async fn handle(
+        self: Arc<Self>,
+        _conn: Connection,
+        request: RemotingCommand,
+    ) -> Option<RemotingCommand> {
+        Some(self.answer(&request).unwrap_or_else(|e| e))
+    }
+
+    fn runs_inline(&self, _request: &RemotingCommand) -> bool {
+        // Answers never wait on anything but the state file's fsync.
+        false
+    }
+}

@@ -1,0 +1,301 @@
+//! The controller service: the decision state behind a lock, the replicas' heartbeats, and
+//! the detection loop that elects a new master when one goes silent. Every change is saved
+//! through the [`StateStore`] before it takes effect or anyone hears of it.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::decide::{Candidate, ControllerError, ControllerState, GroupState, Member};
+use super::state_store::StateStore;
+use crate::broker::config_file::ConfigFileError;
+
+/// How the controller decides.
+#[derive(Debug, Clone)]
+pub struct ControllerConfig {
+    /// A master silent this long is replaced (RocketMQ's `controllerHeartBeatTimeoutMills`).
+    pub detection: Duration,
+    /// Elect outside the in-sync set when nobody in it is alive (loses acknowledged messages).
+    pub allow_unclean: bool,
+}
+
+impl Default for ControllerConfig {
+    fn default() -> Self {
+        Self {
+            detection: Duration::from_secs(10),
+            allow_unclean: false,
+        }
+    }
+}
+
+/// What a group's replicas are told.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReplicaInfo {
+    /// The master's id, if any.
+    pub master: Option<i64>,
+    /// The master's addresses.
+    pub master_member: Option<Member>,
+    /// The master epoch.
+    pub master_epoch: u32,
+    /// The in-sync set.
+    pub sync_state_set: BTreeSet<i64>,
+    /// Its epoch.
+    pub sync_state_set_epoch: u32,
+}
+
+impl ReplicaInfo {
+    fn of(g: &GroupState) -> Self {
+        Self {
+            master: g.master,
+            master_member: g.master.and_then(|m| g.members.get(&m).cloned()),
+            master_epoch: g.master_epoch,
+            sync_state_set: g.sync_state_set.clone(),
+            sync_state_set_epoch: g.sync_state_set_epoch,
+        }
+    }
+}
+
+/// A replica's last heartbeat.
+#[derive(Debug, Clone, Copy)]
+struct Heartbeat {
+    at: Instant,
+    epoch: u32,
+    max_offset: u64,
+}
+
+/// Why a request failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ServiceError {
+    /// The decision refused it.
+    #[error(transparent)]
+    Decision(#[from] ControllerError),
+    /// Saving the new state failed: nothing changed.
+    #[error("saving the controller state failed: {0}")]
+    Save(#[from] ConfigFileError),
+}
+
+/// The controller.
+pub struct Controller {
+    /// Settings.
+    config: ControllerConfig,
+    /// The decisions (persisted).
+    state: Mutex<ControllerState>,
+    /// Where they are persisted.
+    store: Box<dyn StateStore>,
+    /// Heartbeats by (group, broker id); not persisted.
+    heartbeats: Mutex<HashMap<(String, i64), Heartbeat>>,
+    /// When this controller started: every replica counts as alive for one detection time
+    /// after, so a restarted controller does not depose masters it has not heard from yet.
+    started: Instant,
+}
+
+impl Controller {
+    /// A controller over the state `store` holds.
+    pub fn open(
+        config: ControllerConfig,
+        store: Box<dyn StateStore>,
+    ) -> Result<Self, ConfigFileError> {
+        let state = store.load()?;
+        Ok(Self {
+            config,
+            state: Mutex::new(state),
+            store,
+            heartbeats: Mutex::new(HashMap::new()),
+            started: Instant::now(),
+        })
+    }
+
+    /// Applies `change` to a copy of group `name`'s state, saves the whole state if it
+    /// changed, and only then installs it.
+    fn change<T>(
+        &self,
+        name: &str,
+        change: impl FnOnce(&mut GroupState) -> Result<T, ControllerError>,
+    ) -> Result<(T, ReplicaInfo), ServiceError> {
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let mut next = state.clone();
+        let group = next.groups.entry(name.to_string()).or_default();
+        let result = change(group);
+        let info = ReplicaInfo::of(group);
+        if next != *state {
+            self.store.save(&next)?;
+            *state = next;
+        }
+        Ok((result?, info))
+    }
+
+    /// A replica registers (or re-registers with new addresses).
+    pub fn register(
+        &self,
+        cluster: &str,
+        group: &str,
+        broker_id: i64,
+        member: Member,
+    ) -> Result<ReplicaInfo, ServiceError> {
+        self.beat(group, broker_id, 0, 0);
+        let (election, info) =
+            self.change(group, |g| Ok(g.register(cluster, broker_id, member)))?;
+        if let Some(e) = election {
+            tracing::info!(
+                group,
+                master = e.master,
+                epoch = e.master_epoch,
+                "first master elected"
+            );
+        }
+        Ok(info)
+    }
+
+    /// A replica's heartbeat; answers with its group's replica info.
+    pub fn heartbeat(
+        &self,
+        group: &str,
+        broker_id: i64,
+        epoch: u32,
+        max_offset: u64,
+    ) -> Result<ReplicaInfo, ServiceError> {
+        let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let g = state.groups.get(group).ok_or_else(|| {
+            ControllerError::Unknown(format!("group {group} has no registered replica"))
+        })?;
+        if !g.members.contains_key(&broker_id) {
+            return Err(ControllerError::Unknown(format!("broker {broker_id} of {group}")).into());
+        }
+        let info = ReplicaInfo::of(g);
+        drop(state);
+        self.beat(group, broker_id, epoch, max_offset);
+        Ok(info)
+    }
+
+    fn beat(&self, group: &str, broker_id: i64, epoch: u32, max_offset: u64) {
+        self.heartbeats
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(
+                (group.to_string(), broker_id),
+                Heartbeat {
+                    at: Instant::now(),
+                    epoch,
+                    max_offset,
+                },
+            );
+    }
+
+    /// The group's replica info.
+    pub fn replica_info(&self, group: &str) -> Result<ReplicaInfo, ServiceError> {
+        let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        state
+            .groups
+            .get(group)
+            .map(ReplicaInfo::of)
+            .ok_or_else(|| ControllerError::Unknown(format!("group {group}")).into())
+    }
+
+    /// The master changes the in-sync set (compare-and-set).
+    pub fn alter_sync_state_set(
+        &self,
+        group: &str,
+        master: i64,
+        master_epoch: u32,
+        sync_state_set_epoch: u32,
+        new_set: BTreeSet<i64>,
+    ) -> Result<u32, ServiceError> {
+        let now = Instant::now();
+        let alive = |id: i64| self.is_alive(group, id, now);
+        let (epoch, _) = self.change(group, |g| {
+            g.alter_sync_state_set(master, master_epoch, sync_state_set_epoch, new_set, alive)
+        })?;
+        Ok(epoch)
+    }
+
+    /// Elects a master now: `designated` for a switchover, else the best in-sync replica.
+    pub fn elect(&self, group: &str, designated: Option<i64>) -> Result<ReplicaInfo, ServiceError> {
+        let candidates = self.candidates(group, Instant::now());
+        let unclean = self.config.allow_unclean;
+        let (e, info) = self.change(group, |g| g.elect(&candidates, designated, unclean))?;
+        tracing::warn!(
+            group,
+            master = e.master,
+            epoch = e.master_epoch,
+            "master elected"
+        );
+        Ok(info)
+    }
+
+    fn is_alive(&self, group: &str, id: i64, now: Instant) -> bool {
+        if now.duration_since(self.started) < self.config.detection {
+            return true;
+        }
+        self.heartbeats
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&(group.to_string(), id))
+            .is_some_and(|h| now.duration_since(h.at) < self.config.detection)
+    }
+
+    fn candidates(&self, group: &str, now: Instant) -> Vec<Candidate> {
+        let members: Vec<i64> = self
+            .state
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .groups
+            .get(group)
+            .map(|g| g.members.keys().copied().collect())
+            .unwrap_or_default();
+        let beats = self
+            .heartbeats
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        members
+            .into_iter()
+            .map(|id| {
+                let h = beats.get(&(group.to_string(), id));
+                Candidate {
+                    broker_id: id,
+                    alive: h.is_some_and(|h| now.duration_since(h.at) < self.config.detection),
+                    epoch: h.map_or(0, |h| h.epoch),
+                    max_offset: h.map_or(0, |h| h.max_offset),
+                }
+            })
+            .collect()
+    }
+
+    /// Every detection time / 4 until `shutdown`: a group whose master is silent (or that has
+    /// none) gets an election.
+    pub async fn run_detection(&self, shutdown: CancellationToken) {
+        let mut tick =
+            tokio::time::interval((self.config.detection / 4).max(Duration::from_millis(50)));
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {}
+                _ = shutdown.cancelled() => return,
+            }
+            let now = Instant::now();
+            if now.duration_since(self.started) < self.config.detection {
+                continue;
+            }
+            let groups: Vec<(String, Option<i64>)> = self
+                .state
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .groups
+                .iter()
+                .map(|(name, g)| (name.clone(), g.master))
+                .collect();
+            for (group, master) in groups {
+                let master_alive = master.is_some_and(|m| self.is_alive(&group, m, now));
+                if master_alive {
+                    continue;
+                }
+                match self.elect(&group, None) {
+                    Ok(_) => {}
+                    Err(e) => tracing::debug!(group, error = %e, "no election"),
+                }
+            }
+        }
+    }
+}
