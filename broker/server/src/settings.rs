@@ -432,6 +432,8 @@ fn replication_settings(role: BrokerRole, r: &ReplicationSection) -> Replication
     ReplicationConfig {
         role,
         advertised_addr: r.advertised_addr.clone().unwrap_or(d.advertised_addr),
+        cluster_name: d.cluster_name,
+        broker_addr: d.broker_addr,
         master_address: r.master_address.clone().unwrap_or(d.master_address),
         in_sync_replicas: r.in_sync_replicas.unwrap_or(d.in_sync_replicas),
         slave_ack: r.slave_ack.unwrap_or(d.slave_ack),
@@ -449,6 +451,10 @@ fn replication_settings(role: BrokerRole, r: &ReplicationSection) -> Replication
         controller_heartbeat_ms: r
             .controller_heartbeat_ms
             .unwrap_or(d.controller_heartbeat_ms),
+        synchronous: r.synchronous.unwrap_or(d.synchronous),
+        max_time_not_caught_up_ms: r
+            .max_time_not_caught_up_ms
+            .unwrap_or(d.max_time_not_caught_up_ms),
     }
 }
 

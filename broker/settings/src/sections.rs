@@ -239,6 +239,14 @@ section! {
         /// `controller-heartbeat-ms`: how often the broker heartbeats to its controller
         /// (`brokerHeartbeatInterval`). Default `1000`.
         pub controller_heartbeat_ms: u64,
+        /// `synchronous`: in controller mode, a master answers SEND_OK once every member of
+        /// the in-sync set holds the message (`allAckInSyncStateSet`); `false` acknowledges
+        /// after the master's own flush. Default `true`.
+        pub synchronous: bool,
+        /// `max-time-not-caught-up-ms`: in controller mode, a member of the in-sync set that
+        /// is behind (or not connected) this long is dropped from it
+        /// (`haMaxTimeSlaveNotCatchup`). Default `15000`.
+        pub max_time_not_caught_up_ms: u64,
         /// `metadata-sync-interval-ms`: how often a slave copies its master's topics, groups,
         /// consumer offsets and delay progress (SlaveSynchronize). Default `10000`.
         pub metadata_sync_interval_ms: u64,

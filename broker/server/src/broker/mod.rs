@@ -60,7 +60,7 @@ use conveyor_protocol::command::RemotingCommand;
 use conveyor_store::{MessageStore, StoreConfig};
 use tokio_util::sync::CancellationToken;
 
-use crate::ha::Replication;
+use crate::ha::{Replication, ReplicationConfig, RoleState};
 use crate::remoting::{Connection, Processor};
 use admin::{AdminBrokerProcessor, AdminDeps};
 use client_processor::ClientManageProcessor;
@@ -178,7 +178,11 @@ impl Broker {
         );
         let store = Arc::new(store);
         let replication = Arc::new(Replication::open(
-            config.replication.clone(),
+            ReplicationConfig {
+                cluster_name: config.cluster_name.clone(),
+                broker_addr: config.advertised_addr.clone(),
+                ..config.replication.clone()
+            },
             &config.broker_name,
             config.broker_id,
             store.clone(),
@@ -287,19 +291,17 @@ impl Broker {
             parking,
             store_host,
         );
-        let pull = PullMessageProcessor::new(
-            config.broker_id,
-            PullDeps {
-                store: store.clone(),
-                topics: topics.clone(),
-                groups: groups.clone(),
-                clients: clients.clone(),
-                offsets: offsets.clone(),
-                hold,
-                stats: stats.clone(),
-                stopping: stopping.clone(),
-            },
-        );
+        let pull = PullMessageProcessor::new(PullDeps {
+            store: store.clone(),
+            topics: topics.clone(),
+            groups: groups.clone(),
+            clients: clients.clone(),
+            offsets: offsets.clone(),
+            hold,
+            stats: stats.clone(),
+            stopping: stopping.clone(),
+            replication: replication.clone(),
+        });
         let offset_requests = OffsetProcessor::new(store.clone(), topics.clone(), offsets.clone());
         let query = QueryMessageProcessor::new(store.clone());
         let client_requests = ClientManageProcessor::new(
@@ -402,9 +404,12 @@ impl Broker {
         let mut expiry_tick = tokio::time::interval(Duration::from_secs(10));
         // Auto-created topics and groups are saved here, off the request path.
         let mut tables_tick = tokio::time::interval(Duration::from_millis(200));
+        let mut role = self.replication.role_changes();
         loop {
             tokio::select! {
                 _ = register_tick.tick() => self.registrar.register_all().await,
+                // A new role is registered at once: clients find a promoted master by id 0.
+                Ok(()) = role.changed() => self.registrar.register_all().await,
                 _ = persist_tick.tick() => self.persist_offsets(),
                 _ = tables_tick.tick() => self.persist_tables_soon(),
                 _ = expiry_tick.tick() => self.clients.expire(Instant::now(), clients::CLIENT_EXPIRY),
@@ -428,24 +433,55 @@ impl Broker {
         sync.run(interval, shutdown).await
     }
 
-    /// Runs the delay-level delivery until `shutdown` (a master's job: it writes).
+    /// Runs the delay-level delivery while this broker is master (it writes), until
+    /// `shutdown`.
     pub async fn run_schedule(self: Arc<Self>, shutdown: CancellationToken) {
-        if self.replication.is_master() {
-            self.schedule.clone().run(shutdown).await
-        }
+        let schedule = self.schedule.clone();
+        self.while_master(shutdown, move |stop| schedule.clone().run(stop))
+            .await
     }
 
-    /// Runs the timer-message delivery until `shutdown` (a master's job).
+    /// Runs the timer-message delivery while master, until `shutdown`.
     pub async fn run_timer(self: Arc<Self>, shutdown: CancellationToken) {
-        if self.replication.is_master() {
-            self.timer.clone().run(shutdown).await
-        }
+        let timer = self.timer.clone();
+        self.while_master(shutdown, move |stop| timer.clone().run(stop))
+            .await
     }
 
-    /// Runs the transaction check-backs until `shutdown` (a master's job).
+    /// Runs the transaction check-backs while master, until `shutdown`.
     pub async fn run_transaction_checks(self: Arc<Self>, shutdown: CancellationToken) {
-        if self.replication.is_master() {
-            self.transactions.clone().run_checks(shutdown).await
+        let transactions = self.transactions.clone();
+        self.while_master(shutdown, move |stop| transactions.clone().run_checks(stop))
+            .await
+    }
+
+    /// Runs `service` during each term in which this broker is master: started when it
+    /// becomes master, stopped (its token cancelled, then awaited) when the role changes.
+    async fn while_master<F, Fut>(&self, shutdown: CancellationToken, service: F)
+    where
+        F: Fn(CancellationToken) -> Fut,
+        Fut: std::future::Future<Output = ()>,
+    {
+        let mut role = self.replication.role_changes();
+        loop {
+            let term = *role.borrow_and_update();
+            if !matches!(term, RoleState::Master { .. }) {
+                tokio::select! {
+                    changed = role.changed() => if changed.is_err() { return },
+                    _ = shutdown.cancelled() => return,
+                }
+                continue;
+            }
+            let stop = shutdown.child_token();
+            let run = service(stop.clone());
+            tokio::pin!(run);
+            tokio::select! {
+                _ = &mut run => return,
+                _ = async { drop(role.wait_for(|r| *r != term).await) } => {
+                    stop.cancel();
+                    run.await;
+                }
+            }
         }
     }
 

@@ -15,6 +15,7 @@ use conveyor_store::{GetResult, GetStatus, MessageStore, StoreError};
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
+use crate::ha::Replication;
 use crate::remoting::Connection;
 
 use super::clients::ClientManager;
@@ -94,6 +95,8 @@ pub struct PullDeps {
     pub stats: Arc<BrokerStats>,
     /// Cancelled when the broker begins to stop.
     pub stopping: CancellationToken,
+    /// The role: only a master stores piggy-backed offset commits.
+    pub replication: Arc<Replication>,
 }
 
 /// PULL_MESSAGE and LITE_PULL_MESSAGE.
@@ -114,8 +117,8 @@ pub struct PullMessageProcessor {
     stats: Arc<BrokerStats>,
     /// Cancelled when the broker begins to stop: held pulls answer at once.
     stopping: CancellationToken,
-    /// Only a master (broker id 0) stores piggy-backed commits, as in RocketMQ.
-    commits_offsets: bool,
+    /// Only a master stores piggy-backed commits, as in RocketMQ.
+    replication: Arc<Replication>,
     /// Reads of records not in memory running at once (one per core): many consumers
     /// catching up from the disk then queue here instead of taking every core with page
     /// faults from the producers and the runtime.
@@ -123,8 +126,8 @@ pub struct PullMessageProcessor {
 }
 
 impl PullMessageProcessor {
-    /// A processor over the broker's services; `broker_id` 0 is a master.
-    pub fn new(broker_id: i64, deps: PullDeps) -> Self {
+    /// A processor over the broker's services.
+    pub fn new(deps: PullDeps) -> Self {
         Self {
             store: deps.store,
             topics: deps.topics,
@@ -134,7 +137,7 @@ impl PullMessageProcessor {
             hold: deps.hold,
             stats: deps.stats,
             stopping: deps.stopping,
-            commits_offsets: broker_id == 0,
+            replication: deps.replication,
             cold_reads: Arc::new(Semaphore::new(
                 std::thread::available_parallelism().map_or(1, |n| n.get()),
             )),
@@ -219,7 +222,10 @@ impl PullMessageProcessor {
             }
             TagFilter::parse(&sub.sub_string)
         };
-        if sys_flag & pull_flag::COMMIT_OFFSET != 0 && commit_offset >= 0 && self.commits_offsets {
+        if sys_flag & pull_flag::COMMIT_OFFSET != 0
+            && commit_offset >= 0
+            && self.replication.is_master()
+        {
             self.offsets.commit(group, topic, queue_id, commit_offset);
         }
 

@@ -26,8 +26,6 @@ pub struct NameServerRegistrar {
     cluster_name: String,
     /// `brokerName`.
     broker_name: String,
-    /// `brokerId` (0 = master).
-    broker_id: i64,
     /// `brokerAddr`: the address clients use.
     advertised_addr: String,
     /// `haServerAddr`: where slaves reach this broker's replication stream.
@@ -55,7 +53,6 @@ impl NameServerRegistrar {
         Self {
             cluster_name: config.cluster_name.clone(),
             broker_name: config.broker_name.clone(),
-            broker_id: config.broker_id,
             advertised_addr: config.advertised_addr.clone(),
             ha_addr: config.replication.advertised_addr.clone(),
             replication,
@@ -95,7 +92,10 @@ impl NameServerRegistrar {
                 .with_ext("brokerAddr", &self.advertised_addr)
                 .with_ext("clusterName", &self.cluster_name)
                 .with_ext("haServerAddr", &self.ha_addr)
-                .with_ext("brokerId", self.broker_id)
+                .with_ext("brokerId", self.replication.registration_id())
+                // Conveyor: the master epoch, so that the name server ignores a deposed
+                // master's late registrations.
+                .with_ext("masterEpoch", self.replication.epoch())
                 .with_ext("compressed", "false")
                 .with_ext("bodyCrc32", crc)
                 .with_body(body),
@@ -158,7 +158,7 @@ impl NameServerRegistrar {
             .with_ext("brokerName", &self.broker_name)
             .with_ext("brokerAddr", &self.advertised_addr)
             .with_ext("clusterName", &self.cluster_name)
-            .with_ext("brokerId", self.broker_id);
+            .with_ext("brokerId", self.replication.registration_id());
         for link in &self.namesrvs {
             if let Err(e) = link.call(request.clone(), Duration::from_secs(3)).await {
                 tracing::debug!(namesrv = link.addr(), error = %e, "unregister failed");

@@ -68,17 +68,17 @@ struct GroupTable {
 }
 
 impl SlaveSynchronize {
-    /// Runs until `shutdown` on a slave (returns at once on a master).
+    /// Runs until `shutdown`, synchronising while the broker is a slave.
     pub async fn run(self, interval: Duration, shutdown: CancellationToken) {
-        if self.replication.is_master() {
-            return;
-        }
         let client = RemotingClient::new(RemotingConfig::default());
         let mut tick = tokio::time::interval(interval);
         loop {
             tokio::select! {
                 _ = tick.tick() => {}
                 _ = shutdown.cancelled() => return,
+            }
+            if self.replication.is_master() {
+                continue;
             }
             let Some(master) = self.replication.master_broker() else {
                 continue;

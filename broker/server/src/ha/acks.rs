@@ -7,7 +7,7 @@
 //! Slaves are keyed by broker id, not by connection, so a slave that reconnects before its
 //! old connection is noticed dead counts once (RocketMQ 5 counts both).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Mutex;
 
 use tokio::sync::oneshot;
@@ -24,23 +24,42 @@ pub enum Shortfall {
     SlaveTimeout,
 }
 
-/// One connected slave.
+/// One slave, connected or last seen.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SlaveProgress {
     /// The slave's broker id.
     pub broker_id: i64,
-    /// The connection it uses (a newer one replaces an older one).
-    pub connection: u64,
-    /// End of the log it acknowledged.
+    /// The connection it uses (a newer one replaces an older one); `None` once closed.
+    pub connection: Option<u64>,
+    /// End of the log it acknowledged (kept after it disconnects: it still holds that).
     pub acked: u64,
+}
+
+/// Which slaves must hold a record before it is confirmed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Requirement {
+    /// Any this many slaves (classic SYNC_MASTER: `in-sync-replicas` − 1).
+    Count(usize),
+    /// Every one of these (controller mode: the in-sync set without the master; during a
+    /// change of the set, the union of the old and the new).
+    Members(BTreeSet<i64>),
+}
+
+impl Requirement {
+    /// True when no slave is needed.
+    pub fn is_none(&self) -> bool {
+        match self {
+            Requirement::Count(n) => *n == 0,
+            Requirement::Members(m) => m.is_empty(),
+        }
+    }
 }
 
 /// The ack table.
 #[derive(Debug)]
 pub struct ReplicaAcks {
-    /// Slaves that must hold a record before it is confirmed (in-sync replicas minus the
-    /// master); 0 confirms everything at once.
-    required: usize,
+    /// Slaves that must hold a record before it is confirmed; none confirms everything.
+    required: Mutex<Requirement>,
     /// A slave further behind the master's end than this is not available.
     max_gap: u64,
     /// Everything that changes.
@@ -60,9 +79,9 @@ struct AckState {
 impl ReplicaAcks {
     /// A table needing `required` slaves; `confirmed` is where the watermark starts (the log
     /// end when the master starts: what it held before counts as confirmed).
-    pub fn new(required: usize, max_gap: u64, confirmed: u64) -> Self {
+    pub fn new(required: Requirement, max_gap: u64, confirmed: u64) -> Self {
         Self {
-            required,
+            required: Mutex::new(required),
             max_gap,
             state: Mutex::new(AckState {
                 confirmed,
@@ -76,8 +95,51 @@ impl ReplicaAcks {
     }
 
     /// Slaves that must acknowledge a record.
-    pub fn required(&self) -> usize {
+    pub fn required(&self) -> Requirement {
         self.required
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Changes who must acknowledge (the in-sync set changed, or the role did). The watermark
+    /// does not go back; waiting sends are released if the new requirement already holds.
+    pub fn set_required(&self, required: Requirement, master_end: u64) {
+        *self.required.lock().unwrap_or_else(|e| e.into_inner()) = required.clone();
+        let mut state = self.lock();
+        let candidate = if required.is_none() {
+            master_end
+        } else {
+            watermark(&state.slaves, &required)
+        };
+        self.release(&mut state, candidate);
+    }
+
+    /// Starts over for a new term: `required` from now on, the watermark at `confirmed`
+    /// (it may be lower than before: a log cut back is confirmed only as far as it goes),
+    /// no slave known, and every waiting send released as not replicated.
+    pub fn reset(&self, required: Requirement, confirmed: u64) {
+        *self.required.lock().unwrap_or_else(|e| e.into_inner()) = required;
+        let mut state = self.lock();
+        state.slaves.clear();
+        state.waiters.clear();
+        state.confirmed = confirmed;
+    }
+
+    /// Raises the watermark to `candidate` and completes the waiters it covers.
+    fn release(&self, state: &mut AckState, candidate: u64) -> Option<u64> {
+        if candidate <= state.confirmed {
+            return None;
+        }
+        state.confirmed = candidate;
+        let later = state.waiters.split_off(&(candidate + 1));
+        for tx in std::mem::replace(&mut state.waiters, later)
+            .into_values()
+            .flatten()
+        {
+            let _ = tx.send(());
+        }
+        Some(candidate)
     }
 
     /// A slave connected on `connection`, holding the log below `from`.
@@ -86,7 +148,7 @@ impl ReplicaAcks {
             broker_id,
             SlaveProgress {
                 broker_id,
-                connection,
+                connection: Some(connection),
                 acked: from,
             },
         );
@@ -95,37 +157,27 @@ impl ReplicaAcks {
     /// `connection` closed; its slave no longer counts (unless it reconnected meanwhile).
     pub fn disconnected(&self, broker_id: i64, connection: u64) {
         let mut state = self.lock();
-        if state
-            .slaves
-            .get(&broker_id)
-            .is_some_and(|s| s.connection == connection)
-        {
-            state.slaves.remove(&broker_id);
+        if let Some(s) = state.slaves.get_mut(&broker_id) {
+            if s.connection == Some(connection) {
+                s.connection = None;
+            }
         }
     }
 
     /// The slave on `connection` holds the log below `offset`. Returns the high watermark
     /// when it moved.
     pub fn acked(&self, broker_id: i64, connection: u64, offset: u64) -> Option<u64> {
-        let released = {
-            let mut state = self.lock();
-            match state.slaves.get_mut(&broker_id) {
-                Some(s) if s.connection == connection => s.acked = s.acked.max(offset),
-                _ => return None,
-            }
-            let candidate = watermark(&state.slaves, self.required);
-            if candidate <= state.confirmed {
-                return None;
-            }
-            state.confirmed = candidate;
-            let later = state.waiters.split_off(&(candidate + 1));
-            let done = std::mem::replace(&mut state.waiters, later);
-            (candidate, done)
-        };
-        for tx in released.1.into_values().flatten() {
-            let _ = tx.send(());
+        let required = self.required();
+        let mut state = self.lock();
+        match state.slaves.get_mut(&broker_id) {
+            Some(s) if s.connection == Some(connection) => s.acked = s.acked.max(offset),
+            _ => return None,
         }
-        Some(released.0)
+        if required.is_none() {
+            return None;
+        }
+        let candidate = watermark(&state.slaves, &required);
+        self.release(&mut state, candidate)
     }
 
     /// The high watermark.
@@ -140,16 +192,21 @@ impl ReplicaAcks {
         end: u64,
         master_end: u64,
     ) -> Result<Option<oneshot::Receiver<()>>, Shortfall> {
+        let required = self.required();
         let mut state = self.lock();
-        if self.required == 0 || state.confirmed >= end {
+        if required.is_none() || state.confirmed >= end {
             return Ok(None);
         }
-        let available = state
-            .slaves
-            .values()
-            .filter(|s| master_end.saturating_sub(s.acked) <= self.max_gap)
-            .count();
-        if available < self.required {
+        let available = |s: &SlaveProgress| {
+            s.connection.is_some() && master_end.saturating_sub(s.acked) <= self.max_gap
+        };
+        let enough = match &required {
+            Requirement::Count(n) => state.slaves.values().filter(|s| available(s)).count() >= *n,
+            Requirement::Members(m) => m
+                .iter()
+                .all(|id| state.slaves.get(id).is_some_and(available)),
+        };
+        if !enough {
             return Err(Shortfall::SlaveNotAvailable);
         }
         let (tx, rx) = oneshot::channel();
@@ -157,7 +214,7 @@ impl ReplicaAcks {
         Ok(Some(rx))
     }
 
-    /// The connected slaves, by broker id.
+    /// The slaves known (connected or last seen), by broker id.
     pub fn slaves(&self) -> Vec<SlaveProgress> {
         let mut out: Vec<_> = self.lock().slaves.values().copied().collect();
         out.sort_by_key(|s| s.broker_id);
@@ -165,18 +222,26 @@ impl ReplicaAcks {
     }
 }
 
-/// The end that `required` slaves all hold: the `required`-th highest ack (0 when fewer are
-/// connected; `u64::MAX` when none is required).
-fn watermark(slaves: &HashMap<i64, SlaveProgress>, required: usize) -> u64 {
-    if required == 0 {
-        return u64::MAX;
+/// The end that the required slaves all hold: the n-th highest ack, or the lowest ack of the
+/// members (0 when some are unknown; `u64::MAX` when none is required).
+fn watermark(slaves: &HashMap<i64, SlaveProgress>, required: &Requirement) -> u64 {
+    match required {
+        Requirement::Count(0) => u64::MAX,
+        Requirement::Count(n) => {
+            let mut acks: Vec<u64> = slaves.values().map(|s| s.acked).collect();
+            if acks.len() < *n {
+                return 0;
+            }
+            acks.sort_unstable_by(|a, b| b.cmp(a));
+            acks[n - 1]
+        }
+        Requirement::Members(m) if m.is_empty() => u64::MAX,
+        Requirement::Members(m) => m
+            .iter()
+            .map(|id| slaves.get(id).map_or(0, |s| s.acked))
+            .min()
+            .unwrap_or(0),
     }
-    let mut acks: Vec<u64> = slaves.values().map(|s| s.acked).collect();
-    if acks.len() < required {
-        return 0;
-    }
-    acks.sort_unstable_by(|a, b| b.cmp(a));
-    acks[required - 1]
 }
 
 #[cfg(test)]
@@ -185,7 +250,7 @@ mod tests {
 
     #[test]
     fn a_send_is_released_only_when_enough_slaves_hold_it() {
-        let acks = ReplicaAcks::new(2, 1 << 20, 100);
+        let acks = ReplicaAcks::new(Requirement::Count(2), 1 << 20, 100);
         acks.connected(1, 10, 100);
         assert_eq!(
             acks.wait_for(150, 150).unwrap_err(),
@@ -208,7 +273,7 @@ mod tests {
 
     #[test]
     fn a_reconnected_slave_counts_once_and_its_old_connection_is_ignored() {
-        let acks = ReplicaAcks::new(2, 1 << 20, 0);
+        let acks = ReplicaAcks::new(Requirement::Count(2), 1 << 20, 0);
         acks.connected(1, 10, 0);
         acks.connected(1, 12, 0); // the same slave again
         assert_eq!(acks.slaves().len(), 1);
@@ -216,17 +281,42 @@ mod tests {
         assert_eq!(acks.acked(1, 10, 50), None, "the old connection");
         acks.disconnected(1, 10);
         assert_eq!(
-            acks.slaves().len(),
-            1,
+            acks.slaves()[0].connection,
+            Some(12),
             "the old connection's close leaves the new one"
         );
         acks.disconnected(1, 12);
-        assert!(acks.slaves().is_empty());
+        assert_eq!(acks.slaves()[0].connection, None);
+    }
+
+    #[test]
+    fn every_member_of_the_in_sync_set_must_hold_a_record() {
+        let acks = ReplicaAcks::new(Requirement::Members(BTreeSet::from([1, 2])), 1 << 20, 0);
+        acks.connected(1, 1, 0);
+        assert_eq!(
+            acks.wait_for(10, 10).unwrap_err(),
+            Shortfall::SlaveNotAvailable
+        );
+        acks.connected(2, 2, 0);
+        acks.connected(3, 3, 0); // not in the set: its acks do not count
+        let mut rx = acks.wait_for(10, 10).unwrap().unwrap();
+        assert_eq!(acks.acked(3, 3, 10), None);
+        assert_eq!(acks.acked(1, 1, 10), None);
+        assert!(rx.try_recv().is_err());
+        assert_eq!(acks.acked(2, 2, 10), Some(10));
+        assert!(rx.try_recv().is_ok());
+        // The set shrinks to {1}: a send waiting on 2 is released by 1's ack alone.
+        let mut rx = acks.wait_for(20, 20).unwrap().unwrap();
+        acks.acked(1, 1, 20);
+        assert!(rx.try_recv().is_err());
+        acks.set_required(Requirement::Members(BTreeSet::from([1])), 20);
+        assert!(rx.try_recv().is_ok());
+        assert_eq!(acks.confirmed(), 20);
     }
 
     #[test]
     fn the_watermark_never_goes_down_and_a_far_behind_slave_is_not_available() {
-        let acks = ReplicaAcks::new(1, 1000, 0);
+        let acks = ReplicaAcks::new(Requirement::Count(1), 1000, 0);
         acks.connected(1, 1, 0);
         assert_eq!(acks.acked(1, 1, 500), Some(500));
         acks.disconnected(1, 1);
@@ -242,8 +332,8 @@ mod tests {
 
     #[test]
     fn no_required_slave_confirms_everything() {
-        let acks = ReplicaAcks::new(0, 0, 0);
+        let acks = ReplicaAcks::new(Requirement::Count(0), 0, 0);
         assert!(acks.wait_for(u64::MAX - 1, 0).unwrap().is_none());
-        assert_eq!(watermark(&HashMap::new(), 0), u64::MAX);
+        assert_eq!(watermark(&HashMap::new(), &Requirement::Count(0)), u64::MAX);
     }
 }

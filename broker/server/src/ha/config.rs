@@ -14,6 +14,12 @@ pub struct ReplicationConfig {
     pub role: BrokerRole,
     /// `"ip:port"` advertised to slaves as `haServerAddr` (filled in at start when empty).
     pub advertised_addr: String,
+    /// The broker's cluster (from `[broker]`, filled in by the broker).
+    #[serde(skip)]
+    pub cluster_name: String,
+    /// The broker's advertised remoting address (from `[broker]`, filled in by the broker).
+    #[serde(skip)]
+    pub broker_addr: String,
     /// A slave follows this address instead of the one the name server gives.
     pub master_address: String,
     /// Copies, the master's included, that must hold a message before SEND_OK (SYNC_MASTER).
@@ -36,6 +42,12 @@ pub struct ReplicationConfig {
     pub controller_addrs: Vec<String>,
     /// Heartbeat period to the controller.
     pub controller_heartbeat_ms: u64,
+    /// Controller mode: a master waits for every member of the in-sync set (`true`) or for
+    /// nobody (`false`).
+    pub synchronous: bool,
+    /// Controller mode: a member of the in-sync set that has not caught up (or is not
+    /// connected) for this long is dropped from it (`haMaxTimeSlaveNotCatchup`).
+    pub max_time_not_caught_up_ms: u64,
 }
 
 impl Default for ReplicationConfig {
@@ -43,6 +55,8 @@ impl Default for ReplicationConfig {
         Self {
             role: BrokerRole::AsyncMaster,
             advertised_addr: String::new(),
+            cluster_name: String::new(),
+            broker_addr: String::new(),
             master_address: String::new(),
             in_sync_replicas: 2,
             slave_ack: SlaveAck::Write,
@@ -54,6 +68,8 @@ impl Default for ReplicationConfig {
             metadata_sync_interval_ms: 10_000,
             controller_addrs: Vec::new(),
             controller_heartbeat_ms: 1_000,
+            synchronous: true,
+            max_time_not_caught_up_ms: 15_000,
         }
     }
 }
@@ -74,12 +90,37 @@ impl ReplicationConfig {
         Duration::from_millis(self.housekeeping_interval_ms).max(self.heartbeat_interval() * 2)
     }
 
-    /// Slaves that must acknowledge a message before SEND_OK: none unless SYNC_MASTER.
+    /// True when the controller decides the role.
+    pub fn controller_mode(&self) -> bool {
+        !self.controller_addrs.is_empty()
+    }
+
+    /// True when a master waits for slaves before SEND_OK.
+    pub fn synchronous(&self) -> bool {
+        if self.controller_mode() {
+            self.synchronous
+        } else {
+            self.role == BrokerRole::SyncMaster
+        }
+    }
+
+    /// Classic mode: slaves that must acknowledge a message before SEND_OK (none unless
+    /// SYNC_MASTER).
     pub fn required_slaves(&self) -> usize {
         match self.role {
             BrokerRole::SyncMaster => self.in_sync_replicas.saturating_sub(1),
             BrokerRole::AsyncMaster | BrokerRole::Slave => 0,
         }
+    }
+
+    /// `controller_heartbeat_ms`.
+    pub fn controller_heartbeat(&self) -> Duration {
+        Duration::from_millis(self.controller_heartbeat_ms.max(10))
+    }
+
+    /// `max_time_not_caught_up_ms`.
+    pub fn max_time_not_caught_up(&self) -> Duration {
+        Duration::from_millis(self.max_time_not_caught_up_ms.max(10))
     }
 
     /// `metadata_sync_interval_ms`.

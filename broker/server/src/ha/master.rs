@@ -67,7 +67,7 @@ async fn connection(
         broker_name,
         broker_id,
         max_offset,
-        epochs: _,
+        epochs,
     } = read_frame(&mut rd, silent).await?
     else {
         return Err(HaError::Protocol("expected the slave's hello".into()));
@@ -87,6 +87,13 @@ async fn connection(
         ))
     } else if !repl.is_master() {
         Some("this broker is not a master".to_string())
+    } else if epochs.last().map_or(0, |e| e.epoch) > repl.store.epochs().last_epoch() {
+        // The slave saw a newer term than this master's: this master was deposed.
+        Some(format!(
+            "the slave knows epoch {}, newer than this master's {}",
+            epochs.last().map_or(0, |e| e.epoch),
+            repl.store.epochs().last_epoch()
+        ))
     } else {
         None
     };
@@ -135,9 +142,12 @@ async fn connection(
     }
     tracing::info!(%peer, broker_id, from, slave_end = max_offset, "slave following");
     repl.acks.connected(broker_id, id, from);
+    let mut role = repl.role_changes();
+    let term = *role.borrow_and_update();
     let result = tokio::select! {
         r = send(repl, &mut wr, from) => r,
         r = receive_acks(repl, &mut rd, broker_id, id) => r,
+        _ = role.wait_for(|r| *r != term) => Err(HaError::Refused("this broker's role changed".into())),
     };
     repl.acks.disconnected(broker_id, id);
     result

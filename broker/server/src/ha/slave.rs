@@ -19,19 +19,23 @@ use tokio_util::sync::CancellationToken;
 
 use super::frame::{history, Frame, VERSION};
 use super::wire::{read_frame, write_frame};
-use super::{HaError, Replication};
+use super::{HaError, Replication, RoleState};
 
 /// Shortest wait before reconnecting.
 const MIN_BACKOFF: Duration = Duration::from_millis(100);
 
-/// Follows the master until `shutdown`, reconnecting after every failure.
+/// Follows the master while this broker is a slave, until `shutdown`, reconnecting after
+/// every failure and starting over when the role or the master changes.
 pub(super) async fn follow(repl: Arc<Replication>, shutdown: CancellationToken) {
     let mut master = repl.master.subscribe();
+    let mut role = repl.role_changes();
     let mut backoff = MIN_BACKOFF;
     loop {
+        let is_slave = matches!(*role.borrow_and_update(), RoleState::Slave { .. });
         let addr = master.borrow_and_update().clone();
-        let Some(addr) = addr else {
+        let (true, Some(addr)) = (is_slave, addr) else {
             tokio::select! {
+                _ = role.changed() => continue,
                 _ = master.changed() => continue,
                 _ = shutdown.cancelled() => return,
             }
@@ -39,19 +43,19 @@ pub(super) async fn follow(repl: Arc<Replication>, shutdown: CancellationToken) 
         let started = tokio::time::Instant::now();
         let result = tokio::select! {
             r = session(&repl, &addr) => r,
+            _ = role.changed() => continue,
+            _ = master.changed() => continue,
             _ = shutdown.cancelled() => return,
         };
-        match result {
-            Ok(()) => {}
-            Err(e) => {
-                tracing::warn!(master = %addr, error = %e, "replication from the master stopped")
-            }
+        if let Err(e) = result {
+            tracing::warn!(master = %addr, error = %e, "replication from the master stopped");
         }
         if started.elapsed() > repl.config.housekeeping_interval() {
             backoff = MIN_BACKOFF; // it ran for a while: this is a new failure
         }
         tokio::select! {
             _ = tokio::time::sleep(backoff) => {}
+            _ = role.changed() => {}
             _ = master.changed() => {}
             _ = shutdown.cancelled() => return,
         }
@@ -108,6 +112,15 @@ async fn session(repl: &Replication, addr: &str) -> Result<(), HaError> {
         )));
     }
     let master_epochs = history(&epochs)?;
+    // A master older than the one the controller named is a deposed one: never follow it.
+    if let RoleState::Slave { epoch } = repl.role_state() {
+        if epoch > 0 && master_epochs.last_epoch() < epoch {
+            return Err(HaError::Refused(format!(
+                "the master at {addr} is in epoch {}, the controller named the master of epoch {epoch}",
+                master_epochs.last_epoch()
+            )));
+        }
+    }
     let from = {
         let store = store.clone();
         tokio::task::spawn_blocking(move || align(&store, min_offset, max_offset, &master_epochs))

@@ -96,6 +96,11 @@ impl NameServer {
         let wrapper = body.topic_config_serialize_wrapper;
         let result = self.routes().register(
             Registration {
+                master_epoch: req
+                    .get_i64_opt("masterEpoch")
+                    .map_err(|e| bad(&e))?
+                    .unwrap_or(0)
+                    .clamp(0, i64::from(u32::MAX)) as u32,
                 cluster,
                 broker_name,
                 broker_addr,

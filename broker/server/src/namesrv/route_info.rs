@@ -32,6 +32,9 @@ pub struct Registration {
     pub topics: Vec<TopicConfig>,
     /// The connection it arrived on (its close removes the broker at once).
     pub connection: Option<ConnectionId>,
+    /// The master epoch the broker is in (Conveyor's `masterEpoch`; 0 when not sent). A
+    /// master registration from an older epoch than the group's current one is ignored.
+    pub master_epoch: u32,
 }
 
 #[derive(Debug, Clone)]
@@ -51,6 +54,8 @@ pub struct RouteInfo {
     clusters: BTreeMap<String, BTreeSet<String>>,
     topics: BTreeMap<String, BTreeMap<String, QueueData>>,
     live: HashMap<String, LiveBroker>,
+    /// The newest master epoch registered per group.
+    master_epochs: HashMap<String, u32>,
 }
 
 /// What a registration returns to the broker.
@@ -66,6 +71,24 @@ impl RouteInfo {
     /// Records a registration: adds the broker to its cluster and group and, for a master,
     /// merges its topics (registrations may be incremental, so topics are never removed here).
     pub fn register(&mut self, reg: Registration, now: Instant) -> RegisterResult {
+        if reg.broker_id == MASTER_ID {
+            let current = self
+                .master_epochs
+                .get(&reg.broker_name)
+                .copied()
+                .unwrap_or(0);
+            if reg.master_epoch < current {
+                tracing::warn!(
+                    broker = %reg.broker_addr,
+                    epoch = reg.master_epoch,
+                    current,
+                    "registration of a deposed master ignored"
+                );
+                return RegisterResult::default();
+            }
+            self.master_epochs
+                .insert(reg.broker_name.clone(), reg.master_epoch);
+        }
         self.clusters
             .entry(reg.cluster.clone())
             .or_default()
@@ -240,6 +263,7 @@ mod tests {
 
     fn reg(name: &str, addr: &str, id: i64, topics: &[(&str, i32)]) -> Registration {
         Registration {
+            master_epoch: 0,
             cluster: "DefaultCluster".into(),
             broker_name: name.into(),
             broker_addr: addr.into(),

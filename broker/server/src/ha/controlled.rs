@@ -1,0 +1,255 @@
+//! Controller mode on the broker (RocketMQ 5's ReplicasManager): register with the
+//! controller, heartbeat to it with the log's epoch and end, and take the role it answers —
+//! master of a new epoch, slave of another replica, or fenced while no master exists. As a
+//! master it also keeps the in-sync set honest: a slave that caught up is added, one that
+//! stayed behind or away too long is dropped, each change asked of the controller by
+//! compare-and-set, and while a change is pending acknowledgements need the union of the
+//! old and the new set, so a master can never quietly shrink the set to itself.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+use conveyor_protocol::code::{request_code as rc, response_code as resp};
+use conveyor_protocol::command::RemotingCommand;
+use conveyor_remoting::{RemotingClient, RemotingConfig};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::acks::Requirement;
+use super::{Replication, RoleState};
+use crate::controller::processor::{parse_replica_info, SyncStateSetBody};
+use crate::controller::ReplicaInfo;
+
+/// How long one controller request may take.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// What the master side remembers between heartbeats.
+#[derive(Default)]
+struct InSyncKeeper {
+    /// The set and its epoch as the controller last confirmed them.
+    current: Option<(BTreeSet<i64>, u32)>,
+    /// A change whose outcome is unknown (no answer): the union acknowledgements need, and
+    /// the set epoch it was asked against. Settled once the controller shows a newer epoch.
+    pending: Option<(BTreeSet<i64>, u32)>,
+    /// Since when each member has been behind or away.
+    behind_since: HashMap<i64, Instant>,
+    /// The master's log end at the previous heartbeat: a slave that acknowledged that much
+    /// has caught up.
+    last_end: u64,
+}
+
+/// Follows the controller until `shutdown`.
+pub(super) async fn run(repl: Arc<Replication>, shutdown: CancellationToken) {
+    let client = RemotingClient::new(RemotingConfig::default());
+    let addrs = repl.config.controller_addrs.clone();
+    let mut which = 0usize;
+    let mut registered = false;
+    let mut keeper = InSyncKeeper::default();
+    let mut tick = tokio::time::interval(repl.config.controller_heartbeat());
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = shutdown.cancelled() => return,
+        }
+        let addr = &addrs[which % addrs.len()];
+        let request = if registered {
+            heartbeat(&repl)
+        } else {
+            register(&repl)
+        };
+        let answer = match client.invoke_timeout(addr, request, REQUEST_TIMEOUT).await {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::warn!(controller = %addr, error = %e, "controller unreachable");
+                which += 1;
+                continue;
+            }
+        };
+        match answer.code {
+            resp::SUCCESS => registered = true,
+            resp::CONTROLLER_BROKER_METADATA_NOT_EXIST => {
+                registered = false;
+                continue;
+            }
+            code => {
+                tracing::warn!(controller = %addr, code, remark = ?answer.remark, "controller refused");
+                continue;
+            }
+        }
+        let info = match parse_replica_info(&answer) {
+            Ok(info) => info,
+            Err(e) => {
+                tracing::warn!(controller = %addr, error = %e, "bad answer from the controller");
+                continue;
+            }
+        };
+        if let Err(e) = apply(&repl, &info).await {
+            tracing::error!(error = %e, "could not take the role the controller named");
+            continue;
+        }
+        if repl.is_master() && repl.config.synchronous() {
+            keep_in_sync(&repl, &client, addr, &info, &mut keeper).await;
+        } else {
+            keeper = InSyncKeeper::default();
+        }
+    }
+}
+
+fn register(repl: &Replication) -> RemotingCommand {
+    RemotingCommand::request(rc::CONTROLLER_REGISTER_BROKER, Default::default())
+        .with_ext("clusterName", &repl.config.cluster_name)
+        .with_ext("brokerName", &repl.broker_name)
+        .with_ext("brokerId", repl.broker_id)
+        .with_ext("brokerAddress", &repl.config.broker_addr)
+        .with_ext("haAddress", &repl.config.advertised_addr)
+}
+
+fn heartbeat(repl: &Replication) -> RemotingCommand {
+    let store = &repl.store;
+    RemotingCommand::request(rc::BROKER_HEARTBEAT, Default::default())
+        .with_ext("clusterName", &repl.config.cluster_name)
+        .with_ext("brokerName", &repl.broker_name)
+        .with_ext("brokerId", repl.broker_id)
+        .with_ext("brokerAddr", &repl.config.broker_addr)
+        .with_ext("epoch", store.epochs().last_epoch())
+        .with_ext("maxOffset", store.commit_log_max_offset())
+        .with_ext("confirmOffset", store.confirm_offset().min(i64::MAX as u64))
+}
+
+/// Takes the role `info` names (never going back to an older epoch).
+async fn apply(
+    repl: &Arc<Replication>,
+    info: &ReplicaInfo,
+) -> Result<(), conveyor_store::StoreError> {
+    if info.master_epoch < repl.epoch() {
+        return Ok(()); // a stale answer
+    }
+    let me = repl.broker_id;
+    match (info.master, &info.master_member) {
+        (Some(m), _) if m == me => {
+            if repl.role_state()
+                != (RoleState::Master {
+                    epoch: info.master_epoch,
+                })
+            {
+                let required = Requirement::Members(others(&info.sync_state_set, me));
+                let (r, epoch) = (repl.clone(), info.master_epoch);
+                tokio::task::spawn_blocking(move || r.become_master(epoch, required))
+                    .await
+                    .map_err(|_| conveyor_store::StoreError::ShutDown)??;
+            }
+        }
+        (Some(_), Some(member)) => {
+            let current = repl.master.borrow().clone();
+            if repl.role_state()
+                != (RoleState::Slave {
+                    epoch: info.master_epoch,
+                })
+                || current.as_deref() != Some(member.ha_addr.as_str())
+            {
+                repl.become_slave(info.master_epoch, &member.addr, &member.ha_addr);
+            }
+        }
+        _ => repl.fence(),
+    }
+    Ok(())
+}
+
+fn others(set: &BTreeSet<i64>, me: i64) -> BTreeSet<i64> {
+    set.iter().copied().filter(|id| *id != me).collect()
+}
+
+/// As master: adds caught-up slaves to the in-sync set and drops those behind or away for
+/// longer than `max-time-not-caught-up-ms`, by compare-and-set at the controller.
+async fn keep_in_sync(
+    repl: &Replication,
+    client: &RemotingClient,
+    controller: &str,
+    info: &ReplicaInfo,
+    keeper: &mut InSyncKeeper,
+) {
+    let me = repl.broker_id;
+    let end = repl.store.commit_log_max_offset();
+    let (set, set_epoch) = match &keeper.current {
+        Some((set, epoch)) if *epoch >= info.sync_state_set_epoch => (set.clone(), *epoch),
+        _ => (info.sync_state_set.clone(), info.sync_state_set_epoch),
+    };
+    // What must acknowledge now: the controller's set, plus, while a change may still land,
+    // everything it could hold.
+    let mut must = set.clone();
+    match &keeper.pending {
+        Some((_, asked)) if info.sync_state_set_epoch > *asked => keeper.pending = None,
+        Some((union, _)) => must.extend(union.iter().copied()),
+        None => {}
+    }
+    repl.acks
+        .set_required(Requirement::Members(others(&must, me)), end);
+    let now = Instant::now();
+    let slaves = repl.acks.slaves();
+    let caught_up = |id: i64| {
+        slaves
+            .iter()
+            .any(|s| s.broker_id == id && s.connection.is_some() && s.acked >= keeper.last_end)
+    };
+    let mut desired = set.clone();
+    for s in &slaves {
+        if s.connection.is_some() && caught_up(s.broker_id) {
+            desired.insert(s.broker_id);
+        }
+    }
+    for id in others(&set, me) {
+        if caught_up(id) {
+            keeper.behind_since.remove(&id);
+            continue;
+        }
+        let since = *keeper.behind_since.entry(id).or_insert(now);
+        if now.duration_since(since) >= repl.config.max_time_not_caught_up() {
+            desired.remove(&id);
+        }
+    }
+    keeper.last_end = end;
+    if desired == set {
+        keeper.current = Some((set, set_epoch));
+        return;
+    }
+    // Until the controller agrees, acknowledgements need both sets.
+    let union: BTreeSet<i64> = must.union(&desired).copied().collect();
+    repl.acks
+        .set_required(Requirement::Members(others(&union, me)), end);
+    let body = SyncStateSetBody {
+        sync_state_set: desired.clone(),
+        sync_state_set_epoch: set_epoch,
+    };
+    let request = RemotingCommand::request(rc::CONTROLLER_ALTER_SYNC_STATE_SET, Default::default())
+        .with_ext("brokerName", &repl.broker_name)
+        .with_ext("masterBrokerId", me)
+        .with_ext("masterEpoch", repl.epoch())
+        .with_body(conveyor_protocol::json::to_vec(&body).unwrap_or_default());
+    match client
+        .invoke_timeout(controller, request, REQUEST_TIMEOUT)
+        .await
+    {
+        Ok(r) if r.code == resp::SUCCESS => {
+            let epoch = r.get_i64("newSyncStateSetEpoch").unwrap_or(0) as u32;
+            tracing::info!(?desired, epoch, "in-sync set changed");
+            let mut must = desired.clone();
+            if let Some((union, _)) = &keeper.pending {
+                must.extend(union.iter().copied());
+            }
+            repl.acks
+                .set_required(Requirement::Members(others(&must, me)), end);
+            keeper.current = Some((desired, epoch));
+        }
+        Ok(r) => {
+            // Refused: the controller's set stands (the next heartbeat brings it).
+            tracing::warn!(code = r.code, remark = ?r.remark, "in-sync set change refused");
+            keeper.current = None;
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "in-sync set change not answered");
+            keeper.pending = Some((union, set_epoch));
+            keeper.current = None;
+        }
+    }
+}
