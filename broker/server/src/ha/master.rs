@@ -81,7 +81,7 @@ async fn connection(
             "this is the master of {}, not of {broker_name}",
             repl.broker_name
         ))
-    } else if broker_id <= 0 {
+    } else if broker_id <= 0 && !repl.config.controller_mode() {
         Some(format!(
             "a slave needs a broker id above 0, not {broker_id}"
         ))

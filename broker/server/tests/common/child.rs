@@ -77,7 +77,7 @@ impl Broker {
         let addr = |p: u16| SocketAddr::from(([127, 0, 0, 1], p));
         let (broker, http, replication) = (addr(free_port()), addr(free_port()), addr(free_port()));
         let ns = match mode {
-            Mode::Standalone => addr(free_port()),
+            Mode::Standalone | Mode::NameServer | Mode::Controller => addr(free_port()),
             Mode::Broker { namesrv } => namesrv,
         };
         let log_file = std::fs::OpenOptions::new()
@@ -100,14 +100,18 @@ impl Broker {
                 .arg("broker")
                 .arg("--namesrv-addr")
                 .arg(namesrv.to_string()),
+            // These listen on `--listen` (the `broker` address below).
+            Mode::NameServer => cmd.arg("namesrv"),
+            Mode::Controller => cmd.arg("controller"),
         };
+        if matches!(mode, Mode::Standalone | Mode::Broker { .. }) {
+            cmd.arg("--replication-listen").arg(replication.to_string());
+        }
         let child = cmd
             .arg("--config")
             .arg(config)
             .arg("--data-dir")
             .arg(data)
-            .arg("--replication-listen")
-            .arg(replication.to_string())
             .args(extra)
             .arg("--listen")
             .arg(broker.to_string())
@@ -169,6 +173,23 @@ impl Broker {
         }
     }
 
+    /// SIGSTOP: the process stops answering anything (a long GC pause, a frozen VM).
+    pub fn pause(&self) {
+        self.signal(libc::SIGSTOP);
+    }
+
+    /// SIGCONT after [`Broker::pause`].
+    pub fn resume(&self) {
+        self.signal(libc::SIGCONT);
+    }
+
+    fn signal(&self, sig: libc::c_int) {
+        let pid = self.pid().expect("running") as i32;
+        // SAFETY: kill(2) on the pid of our own child, which has not been reaped yet.
+        let rc = unsafe { libc::kill(pid, sig) };
+        assert_eq!(rc, 0, "kill({sig})");
+    }
+
     /// SIGKILL (no cleanup of any kind in the broker) and reap.
     pub fn kill(&mut self) {
         if let Some(mut c) = self.child.take() {
@@ -201,6 +222,10 @@ pub enum Mode {
         /// The name server.
         namesrv: SocketAddr,
     },
+    /// `conveyor namesrv`, listening on the child's `broker` address.
+    NameServer,
+    /// `conveyor controller`, listening on the child's `broker` address.
+    Controller,
 }
 
 /// A port that was free a moment ago.
