@@ -391,3 +391,130 @@ async fn killing_the_master_repeatedly_loses_no_acknowledged_message() {
         b.len()
     );
 }
+
+/// The master address the name server gives clients for the group (broker id 0).
+async fn routed_master(cluster: &Cluster) -> Option<String> {
+    let req = RemotingCommand::request(rc::GET_ROUTEINFO_BY_TOPIC, Default::default())
+        .with_ext("topic", TOPIC);
+    let r = cluster
+        .client
+        .invoke_timeout(
+            &cluster.namesrv.broker.to_string(),
+            req,
+            Duration::from_secs(3),
+        )
+        .await
+        .ok()?;
+    let route: conveyor_protocol::route::TopicRouteData =
+        conveyor_protocol::json::from_slice(&r.body).ok()?;
+    route
+        .broker_datas
+        .iter()
+        .find(|b| b.broker_name == GROUP)?
+        .broker_addrs
+        .get(&0)
+        .cloned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_master_is_replaced_and_fenced_when_it_wakes_up() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cluster = Cluster::start(tmp.path()).await;
+    let mut ledger = Ledger::default();
+    let deadline = Instant::now() + DEADLINE;
+    let old = loop {
+        if let Some((m, _)) = cluster.master().await {
+            if ledger.send(&cluster, m).await && cluster.in_sync().await.len() == 2 {
+                break m;
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no in-sync master\n{}",
+            cluster.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let (_, old_epoch) = cluster.master().await.unwrap();
+    let new = 1 - old;
+    let old_addr = cluster.brokers[old].as_ref().unwrap().broker.to_string();
+    let new_addr = cluster.brokers[new].as_ref().unwrap().broker.to_string();
+
+    // Freeze the master past the detection time; a send to it waits in its socket.
+    cluster.brokers[old].as_ref().unwrap().pause();
+    let queued = {
+        let (client, addr) = (
+            RemotingClient::new(RemotingConfig::default()),
+            old_addr.clone(),
+        );
+        tokio::spawn(async move {
+            client
+                .invoke_timeout(
+                    &addr,
+                    send_request(TOPIC, 0, "sent-to-the-frozen-master"),
+                    DEADLINE,
+                )
+                .await
+                .map(|r| r.code)
+        })
+    };
+    ledger.attempted.insert("sent-to-the-frozen-master".into());
+    let deadline = Instant::now() + DEADLINE;
+    while !ledger.send(&cluster, new).await {
+        assert!(
+            Instant::now() < deadline,
+            "the slave was not promoted\n{}",
+            cluster.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let (master, new_epoch) = cluster.master().await.unwrap();
+    assert_eq!(master, new);
+    assert!(new_epoch > old_epoch);
+    assert_eq!(
+        routed_master(&cluster).await.as_deref(),
+        Some(new_addr.as_str())
+    );
+
+    // It wakes up: what it was asked while frozen is not SEND_OK, nor is anything after.
+    cluster.brokers[old].as_ref().unwrap().resume();
+    let code = queued.await.unwrap();
+    assert_ne!(
+        code.ok(),
+        Some(resp::SUCCESS),
+        "the frozen master acknowledged a send"
+    );
+    for _ in 0..10 {
+        assert!(
+            !ledger.send(&cluster, old).await,
+            "the deposed master acknowledged a send"
+        );
+    }
+    // It rejoins as the new master's slave.
+    let deadline = Instant::now() + DEADLINE;
+    while cluster.in_sync().await.len() < 2 {
+        ledger.send(&cluster, new).await;
+        assert!(
+            Instant::now() < deadline,
+            "the old master never rejoined\n{}",
+            cluster.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Its registrations since it woke (as master of the old epoch, then as slave) did not
+    // take the route back.
+    assert_eq!(
+        routed_master(&cluster).await.as_deref(),
+        Some(new_addr.as_str())
+    );
+    let consumed = drain(&cluster.client, &new_addr).await;
+    let seen: BTreeSet<String> = consumed.values().cloned().collect();
+    let lost: Vec<&String> = ledger.ok.difference(&seen).collect();
+    let unexpected: Vec<&String> = seen.difference(&ledger.attempted).collect();
+    assert!(lost.is_empty(), "acknowledged but lost: {lost:?}");
+    assert!(unexpected.is_empty(), "never sent: {unexpected:?}");
+    assert!(
+        !seen.contains("sent-to-the-frozen-master"),
+        "a write the deposed master took survived the rejoin"
+    );
+}

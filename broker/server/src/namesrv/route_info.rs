@@ -304,6 +304,27 @@ mod tests {
     }
 
     #[test]
+    fn a_deposed_masters_late_registration_is_ignored() {
+        let mut r = RouteInfo::default();
+        let now = Instant::now();
+        let master = |addr: &str, epoch| Registration {
+            master_epoch: epoch,
+            ..reg("broker-a", addr, 0, &[("T", 4)])
+        };
+        r.register(master("10.0.0.1:10911", 2), now);
+        r.register(master("10.0.0.2:10911", 3), now);
+        let id0 = |r: &RouteInfo| r.route("T").unwrap().broker_datas[0].broker_addrs[&0].clone();
+        assert_eq!(id0(&r), "10.0.0.2:10911", "the newer epoch takes id 0");
+        r.register(master("10.0.0.1:10911", 2), now);
+        assert_eq!(id0(&r), "10.0.0.2:10911", "the older epoch is ignored");
+        // The deposed master comes back as a slave: registered under its own id.
+        r.register(reg("broker-a", "10.0.0.1:10911", 2, &[]), now);
+        let data = &r.route("T").unwrap().broker_datas[0];
+        assert_eq!(data.broker_addrs[&0], "10.0.0.2:10911");
+        assert_eq!(data.broker_addrs[&2], "10.0.0.1:10911");
+    }
+
+    #[test]
     fn slaves_learn_their_master_and_do_not_change_topics() {
         let mut r = RouteInfo::default();
         let now = Instant::now();
