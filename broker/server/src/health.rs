@@ -113,6 +113,40 @@ impl HealthState {
             g.set(conveyor_store::disk_usage(&b.store().config().root).unwrap_or(0.0));
             let _ = registry.register(Box::new(g));
         }
+        // Replication: the role, the term, the high watermark, and each slave's progress.
+        let repl = b.replication();
+        gauge(
+            "conveyor_replication_role",
+            "0 fenced, 1 master, 2 slave.",
+            match repl.role_state() {
+                crate::ha::RoleState::Fenced => 0,
+                crate::ha::RoleState::Master { .. } => 1,
+                crate::ha::RoleState::Slave { .. } => 2,
+            },
+        );
+        gauge(
+            "conveyor_replication_epoch",
+            "The master epoch this broker is in.",
+            i64::from(repl.epoch()),
+        );
+        gauge(
+            "conveyor_replication_confirm_offset",
+            "High watermark: records below it are held by the in-sync replicas.",
+            b.store().confirm_offset().min(i64::MAX as u64) as i64,
+        );
+        if let Ok(lag) = IntGaugeVec::new(
+            Opts::new(
+                "conveyor_replication_slave_lag_bytes",
+                "CommitLog bytes the master holds that a slave has not acknowledged.",
+            ),
+            &["slave"],
+        ) {
+            for slave in repl.slaves() {
+                lag.with_label_values(&[slave.broker_id.to_string().as_str()])
+                    .set(max.saturating_sub(slave.acked as i64));
+            }
+            let _ = registry.register(Box::new(lag));
+        }
         // Backlog per (group, topic, queue): what the operator's autoscaler reads.
         if let Ok(lag) = IntGaugeVec::new(
             Opts::new(

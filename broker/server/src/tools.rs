@@ -139,6 +139,159 @@ pub enum AdminCommand {
         #[arg(long)]
         topic: String,
     },
+    /// A broker group's replication: master, epoch, in-sync set, each replica's log end and
+    /// lag behind the master (from the controller and the brokers).
+    Replication {
+        /// The controller, `host:port`.
+        #[arg(
+            long,
+            env = "CONVEYOR_CONTROLLER_ADDR",
+            default_value = "127.0.0.1:9878"
+        )]
+        controller: String,
+        /// The broker group (`broker-name`).
+        #[arg(long)]
+        group: String,
+        /// `table` or `json`.
+        #[arg(long, default_value = "table")]
+        output: String,
+    },
+    /// A controlled switchover: make replica `broker-id` of `group` the master in a new
+    /// epoch. Only a member of the in-sync set is accepted (it holds every acknowledged
+    /// message); the old master steps down and follows it.
+    Promote {
+        /// The controller, `host:port`.
+        #[arg(
+            long,
+            env = "CONVEYOR_CONTROLLER_ADDR",
+            default_value = "127.0.0.1:9878"
+        )]
+        controller: String,
+        /// The broker group (`broker-name`).
+        #[arg(long)]
+        group: String,
+        /// The replica to promote.
+        #[arg(long)]
+        broker_id: i64,
+    },
+}
+
+/// One replica's line in `admin replication`.
+#[derive(Debug, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ReplicaStatus {
+    broker_id: i64,
+    address: String,
+    role: String,
+    in_sync: bool,
+    commit_log_max_offset: Option<u64>,
+    lag_bytes: Option<u64>,
+}
+
+/// Asks the controller about `group` (`code` GET_REPLICA_INFO or ELECT_MASTER).
+async fn ask_controller(
+    client: &conveyor_remoting::RemotingClient,
+    controller: &str,
+    request: conveyor_protocol::command::RemotingCommand,
+) -> anyhow::Result<conveyor::controller::ReplicaInfo> {
+    let r = client
+        .invoke_timeout(controller, request, Duration::from_secs(5))
+        .await
+        .with_context(|| format!("ask the controller at {controller}"))?;
+    anyhow::ensure!(
+        r.code == conveyor_protocol::code::response_code::SUCCESS,
+        "the controller answered {}: {}",
+        r.code,
+        r.remark.unwrap_or_default()
+    );
+    conveyor::controller::processor::parse_replica_info(&r).map_err(anyhow::Error::msg)
+}
+
+/// `commitLogMaxOffset` and `brokerRole` of the broker at `addr`, if it answers.
+async fn broker_log_end(
+    client: &conveyor_remoting::RemotingClient,
+    addr: &str,
+) -> Option<(u64, String)> {
+    let req = conveyor_protocol::command::RemotingCommand::request(
+        conveyor_protocol::code::request_code::GET_BROKER_RUNTIME_INFO,
+        Default::default(),
+    );
+    let r = client
+        .invoke_timeout(addr, req, Duration::from_secs(3))
+        .await
+        .ok()?;
+    let kv: conveyor_protocol::route::KvTable =
+        conveyor_protocol::json::from_slice(&r.body).ok()?;
+    let end = kv.table.get("commitLogMaxOffset")?.parse().ok()?;
+    Some((end, kv.table.get("brokerRole").cloned().unwrap_or_default()))
+}
+
+async fn replication_status(controller: &str, group: &str, output: &str) -> anyhow::Result<()> {
+    use conveyor_protocol::code::request_code as rc;
+    let client = conveyor_remoting::RemotingClient::new(Default::default());
+    let req = conveyor_protocol::command::RemotingCommand::request(
+        rc::CONTROLLER_GET_REPLICA_INFO,
+        Default::default(),
+    )
+    .with_ext("brokerName", group);
+    let info = ask_controller(&client, controller, req).await?;
+    let mut replicas = Vec::new();
+    for (id, member) in &info.members {
+        let seen = broker_log_end(&client, &member.addr).await;
+        replicas.push(ReplicaStatus {
+            broker_id: *id,
+            address: member.addr.clone(),
+            role: seen.as_ref().map_or("unreachable".into(), |s| s.1.clone()),
+            in_sync: info.sync_state_set.contains(id),
+            commit_log_max_offset: seen.map(|s| s.0),
+            lag_bytes: None,
+        });
+    }
+    let master_end = replicas
+        .iter()
+        .find(|r| Some(r.broker_id) == info.master)
+        .and_then(|r| r.commit_log_max_offset);
+    for r in &mut replicas {
+        r.lag_bytes = master_end
+            .zip(r.commit_log_max_offset)
+            .map(|(m, e)| m.saturating_sub(e));
+    }
+    if output == "json" {
+        let doc = serde_json::json!({
+            "group": group,
+            "master": info.master,
+            "masterEpoch": info.master_epoch,
+            "syncStateSet": info.sync_state_set,
+            "syncStateSetEpoch": info.sync_state_set_epoch,
+            "replicas": replicas,
+        });
+        println!("{}", serde_json::to_string_pretty(&doc)?);
+        return Ok(());
+    }
+    println!(
+        "group {group}: master {}, epoch {}, in-sync set {:?} (epoch {})",
+        info.master.map_or("none".into(), |m| m.to_string()),
+        info.master_epoch,
+        info.sync_state_set,
+        info.sync_state_set_epoch
+    );
+    println!(
+        "{:<4} {:<22} {:<13} {:<8} {:>16} {:>12}",
+        "id", "address", "role", "in-sync", "log end", "lag bytes"
+    );
+    let dash = || "-".to_string();
+    for r in &replicas {
+        println!(
+            "{:<4} {:<22} {:<13} {:<8} {:>16} {:>12}",
+            r.broker_id,
+            r.address,
+            r.role,
+            if r.in_sync { "yes" } else { "no" },
+            r.commit_log_max_offset.map_or_else(dash, |o| o.to_string()),
+            r.lag_bytes.map_or_else(dash, |o| o.to_string()),
+        );
+    }
+    Ok(())
 }
 
 fn print_stats(what: &str, s: &Stats) {
@@ -324,6 +477,30 @@ pub async fn admin(cmd: AdminCommand) -> anyhow::Result<()> {
             println!(
                 "created {topic} with {queues} queues on {}",
                 brokers.join(", ")
+            );
+        }
+        AdminCommand::Replication {
+            controller,
+            group,
+            output,
+        } => replication_status(&controller, &group, &output).await?,
+        AdminCommand::Promote {
+            controller,
+            group,
+            broker_id,
+        } => {
+            let client = conveyor_remoting::RemotingClient::new(Default::default());
+            let req = conveyor_protocol::command::RemotingCommand::request(
+                conveyor_protocol::code::request_code::CONTROLLER_ELECT_MASTER,
+                Default::default(),
+            )
+            .with_ext("brokerName", &group)
+            .with_ext("brokerId", broker_id);
+            let info = ask_controller(&client, &controller, req).await?;
+            println!(
+                "group {group}: broker {} is master in epoch {}",
+                info.master.map_or("none".into(), |m| m.to_string()),
+                info.master_epoch
             );
         }
         AdminCommand::Group {

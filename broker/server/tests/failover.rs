@@ -518,3 +518,103 @@ async fn a_frozen_master_is_replaced_and_fenced_when_it_wakes_up() {
         "a write the deposed master took survived the rejoin"
     );
 }
+
+/// Runs `conveyor admin …` and returns its standard output.
+fn admin(args: &[&str]) -> String {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_conveyor"))
+        .arg("admin")
+        .args(args)
+        .output()
+        .expect("run conveyor admin");
+    assert!(
+        out.status.success(),
+        "conveyor admin {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_controlled_switchover_moves_the_master_without_loss() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cluster = Cluster::start(tmp.path()).await;
+    let controller = cluster.controller.broker.to_string();
+    let mut ledger = Ledger::default();
+    let deadline = Instant::now() + DEADLINE;
+    let old = loop {
+        if let Some((m, _)) = cluster.master().await {
+            if ledger.send(&cluster, m).await && cluster.in_sync().await.len() == 2 {
+                break m;
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no in-sync master\n{}",
+            cluster.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    for _ in 0..50 {
+        ledger.send(&cluster, old).await;
+    }
+    let status: serde_json::Value = serde_json::from_str(&admin(&[
+        "replication",
+        "--controller",
+        &controller,
+        "--group",
+        GROUP,
+        "--output",
+        "json",
+    ]))
+    .unwrap();
+    assert_eq!(status["master"], old as i64, "{status}");
+    assert_eq!(
+        status["syncStateSet"].as_array().unwrap().len(),
+        2,
+        "{status}"
+    );
+    assert_eq!(status["replicas"].as_array().unwrap().len(), 2, "{status}");
+
+    let new = 1 - old;
+    let printed = admin(&[
+        "promote",
+        "--controller",
+        &controller,
+        "--group",
+        GROUP,
+        "--broker-id",
+        &new.to_string(),
+    ]);
+    assert!(
+        printed.contains(&format!("broker {new} is master")),
+        "{printed}"
+    );
+    let deadline = Instant::now() + DEADLINE;
+    while !ledger.send(&cluster, new).await {
+        assert!(
+            Instant::now() < deadline,
+            "the new master never took writes\n{}",
+            cluster.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // The old master follows the new one and gets in sync again.
+    while cluster.in_sync().await.len() < 2 {
+        ledger.send(&cluster, new).await;
+        assert!(
+            Instant::now() < deadline,
+            "the old master never followed\n{}",
+            cluster.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let table = admin(&["replication", "--controller", &controller, "--group", GROUP]);
+    assert!(table.contains(&format!("master {new}")), "{table}");
+    let addr = cluster.brokers[new].as_ref().unwrap().broker.to_string();
+    let seen: BTreeSet<String> = drain(&cluster.client, &addr).await.into_values().collect();
+    let lost: Vec<&String> = ledger.ok.difference(&seen).collect();
+    assert!(
+        lost.is_empty(),
+        "acknowledged but lost in the switchover: {lost:?}"
+    );
+}

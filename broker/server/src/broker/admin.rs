@@ -137,6 +137,8 @@ pub struct AdminDeps {
     pub registrar: Arc<NameServerRegistrar>,
     /// Traffic counters.
     pub stats: Arc<BrokerStats>,
+    /// The role and the replication state.
+    pub replication: Arc<crate::ha::Replication>,
 }
 
 /// The admin requests.
@@ -159,6 +161,8 @@ pub struct AdminBrokerProcessor {
     registrar: Arc<NameServerRegistrar>,
     /// Traffic counters (runtime info).
     stats: Arc<BrokerStats>,
+    /// The role and the replication state (runtime info).
+    replication: Arc<crate::ha::Replication>,
     /// When the broker started (uptime and TPS averages).
     started: Instant,
     /// Wall-clock start time (`bootTimestamp`).
@@ -178,6 +182,7 @@ impl AdminBrokerProcessor {
             clients: deps.clients,
             registrar: deps.registrar,
             stats: deps.stats,
+            replication: deps.replication,
             started: Instant::now(),
             boot_timestamp: now_ms(),
         }
@@ -462,6 +467,20 @@ impl AdminBrokerProcessor {
             (self.store.commit_log_max_offset() - self.store.dispatched_offset()).to_string(),
         );
         put_kv("runtime", format!("[ {} seconds ]", uptime as u64));
+        // Replication (Conveyor's keys; RocketMQ's `brokerRole` naming for the role).
+        let repl = &self.replication;
+        put_kv(
+            "brokerRole",
+            match repl.role_state() {
+                crate::ha::RoleState::Fenced => "FENCED",
+                crate::ha::RoleState::Master { .. } if repl.is_sync() => "SYNC_MASTER",
+                crate::ha::RoleState::Master { .. } => "ASYNC_MASTER",
+                crate::ha::RoleState::Slave { .. } => "SLAVE",
+            }
+            .to_string(),
+        );
+        put_kv("masterEpoch", repl.epoch().to_string());
+        put_kv("confirmOffset", self.store.confirm_offset().to_string());
         let body =
             json::to_vec(&conveyor_protocol::route::KvTable { table }).map_err(internal(req))?;
         Ok(ok(req).with_body(body))

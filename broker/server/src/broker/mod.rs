@@ -326,6 +326,7 @@ impl Broker {
                 clients: clients.clone(),
                 registrar: registrar.clone(),
                 stats: stats.clone(),
+                replication: replication.clone(),
             },
         );
         Ok(Arc::new(Self {

@@ -4,7 +4,7 @@
 //! none), `masterAddress`, `masterHaAddress` (Conveyor), `masterEpoch`, `syncStateSetEpoch`,
 //! and the body `{"syncStateSet":[..],"syncStateSetEpoch":n}`.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use conveyor_protocol::code::{request_code as rc, response_code as resp};
@@ -24,6 +24,10 @@ pub struct SyncStateSetBody {
     pub sync_state_set: BTreeSet<i64>,
     /// The set's epoch.
     pub sync_state_set_epoch: u32,
+    /// Every registered replica with its addresses (Conveyor; RocketMQ sends them in
+    /// BrokerMemberGroup).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub members: BTreeMap<i64, Member>,
 }
 
 /// The answer to `req` carrying `info`.
@@ -31,6 +35,7 @@ pub fn replica_info_response(req: &RemotingCommand, info: &ReplicaInfo) -> Remot
     let body = SyncStateSetBody {
         sync_state_set: info.sync_state_set.clone(),
         sync_state_set_epoch: info.sync_state_set_epoch,
+        members: info.members.clone(),
     };
     let member = info.master_member.clone().unwrap_or_default();
     ok(req)
@@ -62,6 +67,7 @@ pub fn parse_replica_info(r: &RemotingCommand) -> Result<ReplicaInfo, String> {
         master_epoch: r.get_i64("masterEpoch").map_err(|e| e.to_string())? as u32,
         sync_state_set: body.sync_state_set,
         sync_state_set_epoch: body.sync_state_set_epoch,
+        members: body.members,
     })
 }
 

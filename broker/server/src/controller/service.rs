@@ -44,6 +44,8 @@ pub struct ReplicaInfo {
     pub sync_state_set: BTreeSet<i64>,
     /// Its epoch.
     pub sync_state_set_epoch: u32,
+    /// Every registered replica.
+    pub members: std::collections::BTreeMap<i64, Member>,
 }
 
 impl ReplicaInfo {
@@ -54,6 +56,7 @@ impl ReplicaInfo {
             master_epoch: g.master_epoch,
             sync_state_set: g.sync_state_set.clone(),
             sync_state_set_epoch: g.sync_state_set_epoch,
+            members: g.members.clone(),
         }
     }
 }

@@ -220,6 +220,7 @@ async fn keep_in_sync(
     let body = SyncStateSetBody {
         sync_state_set: desired.clone(),
         sync_state_set_epoch: set_epoch,
+        members: Default::default(),
     };
     let request = RemotingCommand::request(rc::CONTROLLER_ALTER_SYNC_STATE_SET, Default::default())
         .with_ext("brokerName", &repl.broker_name)
