@@ -12,6 +12,7 @@ use std::fs;
 use std::io::Write;
 use std::path::Path;
 
+pub use crate::error::EpochError;
 use crate::error::{IoContext, Result, StoreError};
 
 /// One master term: its epoch and where its first record went.
@@ -28,31 +29,6 @@ pub struct EpochEntry {
 pub struct EpochHistory {
     /// Epochs strictly increasing, start offsets non-decreasing.
     entries: Vec<EpochEntry>,
-}
-
-/// Why an epoch could not be appended.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum EpochError {
-    /// The epoch is not newer than the last one (a stale master or controller).
-    #[error("epoch {epoch} is not newer than the current epoch {current}")]
-    Stale {
-        /// The refused epoch.
-        epoch: u32,
-        /// The newest epoch of the history.
-        current: u32,
-    },
-    /// The epoch would start before the last one did.
-    #[error(
-        "epoch {epoch} would start at {start}, before the current epoch's start {current_start}"
-    )]
-    StartsBefore {
-        /// The refused epoch.
-        epoch: u32,
-        /// Its start offset.
-        start: u64,
-        /// Where the newest epoch starts.
-        current_start: u64,
-    },
 }
 
 impl EpochHistory {

@@ -82,7 +82,7 @@ pub enum StoreError {
     ReplicaStream(String),
     /// A master term that would go backwards (a stale master or controller).
     #[error(transparent)]
-    Epoch(#[from] crate::epoch::EpochError),
+    Epoch(#[from] EpochError),
 }
 
 /// Where a failed read was reading, as [`StoreError::ReadFailed`] names it.
@@ -108,6 +108,31 @@ impl std::fmt::Display for ReadSite {
             }
         }
     }
+}
+
+/// Why an epoch could not be appended.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EpochError {
+    /// The epoch is not newer than the last one (a stale master or controller).
+    #[error("epoch {epoch} is not newer than the current epoch {current}")]
+    Stale {
+        /// The refused epoch.
+        epoch: u32,
+        /// The newest epoch of the history.
+        current: u32,
+    },
+    /// The epoch would start before the last one did.
+    #[error(
+        "epoch {epoch} would start at {start}, before the current epoch's start {current_start}"
+    )]
+    StartsBefore {
+        /// The refused epoch.
+        epoch: u32,
+        /// Its start offset.
+        start: u64,
+        /// Where the newest epoch starts.
+        current_start: u64,
+    },
 }
 
 /// Store result.

@@ -13,8 +13,15 @@ use serde::{Deserialize, Serialize};
 
 use super::decide::{ControllerError, Member};
 use super::service::{Controller, ReplicaInfo, ServiceError};
-use crate::broker::reply::{error_response, ok, Reply};
-use crate::remoting::{not_supported, Connection, Processor};
+use crate::remoting::{error_response, not_supported, Connection, Processor};
+
+/// A handler's outcome: the response, or an error response.
+type Reply = Result<RemotingCommand, RemotingCommand>;
+
+/// A success response to `req`.
+fn ok(req: &RemotingCommand) -> RemotingCommand {
+    RemotingCommand::response_to(req, resp::SUCCESS)
+}
 
 /// RocketMQ's SyncStateSet body.
 #[derive(Debug, Default, Serialize, Deserialize)]

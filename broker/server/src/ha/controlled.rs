@@ -17,7 +17,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::acks::Requirement;
-use super::{Replication, RoleState};
+use super::replication::{Replication, RoleState};
 use crate::controller::processor::{parse_replica_info, SyncStateSetBody};
 use crate::controller::ReplicaInfo;
 

@@ -13,9 +13,10 @@ use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
 
+use super::error::HaError;
 use super::frame::{transfer_header, Frame, VERSION};
+use super::replication::Replication;
 use super::wire::{read_frame, write_frame, write_parts};
-use super::{HaError, Replication};
 
 /// Accepts slaves until `shutdown`.
 pub(super) async fn serve(

@@ -17,9 +17,10 @@ use tokio::net::TcpStream;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
+use super::error::HaError;
 use super::frame::{history, Frame, VERSION};
+use super::replication::{Replication, RoleState};
 use super::wire::{read_frame, write_frame};
-use super::{HaError, Replication, RoleState};
 
 /// Shortest wait before reconnecting.
 const MIN_BACKOFF: Duration = Duration::from_millis(100);

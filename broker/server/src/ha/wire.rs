@@ -6,8 +6,8 @@ use std::time::Duration;
 use bytes::BytesMut;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
+use super::error::HaError;
 use super::frame::{check_len, Frame};
-use super::HaError;
 
 /// Reads the next frame, waiting at most `deadline`.
 pub async fn read_frame<R: AsyncRead + Unpin>(

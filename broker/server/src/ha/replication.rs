@@ -1,0 +1,286 @@
+//! Replication: one broker's replication state — its role (watched by the tasks that start
+//! and stop with it), the acknowledgements of its slaves as a master, and where its master is
+//! as a slave. The stream, the controller client and the acks table use it; it uses none of
+//! them but the acks table.
+
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+
+use conveyor_settings::BrokerRole;
+use conveyor_store::{MessageStore, StoreError};
+use tokio::sync::watch;
+
+use super::acks::{ReplicaAcks, Requirement, Shortfall, SlaveProgress};
+use super::config::ReplicationConfig;
+
+/// What this broker is right now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RoleState {
+    /// Controller mode, until the controller names a master: no writes are taken.
+    Fenced,
+    /// The master of its group, in `epoch`.
+    Master {
+        /// The master epoch (its term in the log's epoch history).
+        epoch: u32,
+    },
+    /// A slave of the master of `epoch` (0 when no controller gives epochs).
+    Slave {
+        /// The master's epoch as the controller said (0 in classic mode).
+        epoch: u32,
+    },
+}
+
+/// The replication service of one broker: its role, the ack table of its slaves (as a
+/// master) and the address of its master (as a slave).
+pub struct Replication {
+    /// Settings.
+    pub(super) config: ReplicationConfig,
+    /// `broker-name`: slaves and master of one group share it.
+    pub(super) broker_name: String,
+    /// `broker-id`: this replica's id.
+    pub(super) broker_id: i64,
+    /// The store replicated from or into.
+    pub(super) store: Arc<MessageStore>,
+    /// The current role; tasks watch it to start and stop.
+    pub(super) role: watch::Sender<RoleState>,
+    /// As a master: how far each slave holds the log.
+    pub(super) acks: ReplicaAcks,
+    /// As a slave: the master's replication address (configured, or from the name server).
+    pub(super) master: watch::Sender<Option<String>>,
+    /// As a slave: the master's remoting address (from the name server), for metadata.
+    pub(super) master_broker: std::sync::Mutex<Option<String>>,
+    /// Numbers replication connections, so a slave's old connection is told from its new.
+    pub(super) next_connection: AtomicU64,
+}
+
+impl std::fmt::Debug for Replication {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Replication")
+            .field("role", &*self.role.borrow())
+            .field("broker_name", &self.broker_name)
+            .field("broker_id", &self.broker_id)
+            .finish()
+    }
+}
+
+impl Replication {
+    /// The service for a broker of `broker_name`/`broker_id` on `store`. In controller mode
+    /// it starts fenced (no writes) until the controller names a role. Otherwise a master
+    /// starts a new term in the store's epoch history at once (every start as master is a new
+    /// term, so what it writes can be told apart from what another master wrote after the
+    /// last shared point), and a SYNC_MASTER holds consumers back at the high watermark, what
+    /// the log already held counting as confirmed.
+    pub fn open(
+        config: ReplicationConfig,
+        broker_name: &str,
+        broker_id: i64,
+        store: Arc<MessageStore>,
+    ) -> Result<Self, StoreError> {
+        let master = (!config.master_address.is_empty()).then(|| config.master_address.clone());
+        let repl = Self {
+            broker_name: broker_name.to_string(),
+            broker_id,
+            acks: ReplicaAcks::new(Requirement::Count(0), config.max_gap_bytes, 0),
+            store,
+            role: watch::Sender::new(RoleState::Fenced),
+            master: watch::Sender::new(master),
+            master_broker: std::sync::Mutex::new(None),
+            next_connection: AtomicU64::new(1),
+            config,
+        };
+        if !repl.config.controller_mode() {
+            if repl.config.role == BrokerRole::Slave {
+                repl.role.send_replace(RoleState::Slave { epoch: 0 });
+            } else {
+                let epoch = repl.store.epochs().last_epoch() + 1;
+                let required = Requirement::Count(repl.config.required_slaves());
+                repl.become_master(epoch, required)?;
+            }
+        }
+        Ok(repl)
+    }
+
+    /// Becomes master in `epoch` (blocking: the epoch is written to disk): writes are taken
+    /// again, `required` slaves must acknowledge each (when synchronous), and everything the
+    /// log holds now counts as confirmed.
+    pub fn become_master(&self, epoch: u32, required: Requirement) -> Result<(), StoreError> {
+        let term = self.store.begin_epoch(epoch)?;
+        let end = self.store.commit_log_max_offset();
+        let required = if self.config.synchronous() {
+            required
+        } else {
+            Requirement::Count(0)
+        };
+        self.acks.reset(required.clone(), end);
+        self.store
+            .set_confirm_offset(if required.is_none() { u64::MAX } else { end });
+        self.role.send_replace(RoleState::Master { epoch });
+        tracing::info!(
+            epoch,
+            start = term.start_offset,
+            ?required,
+            "master of its group"
+        );
+        Ok(())
+    }
+
+    /// Becomes a slave of the master of `epoch`, whose replication stream is at `ha_addr`
+    /// and remoting server at `master_addr`: writes are refused; the stream (re)starts there,
+    /// and a log that went past the point it shares with that master is cut back first.
+    pub fn become_slave(&self, epoch: u32, master_addr: &str, ha_addr: &str) {
+        self.acks.reset(Requirement::Count(0), 0);
+        *self.master_broker.lock().unwrap_or_else(|e| e.into_inner()) =
+            Some(master_addr.to_string());
+        self.master.send_replace(Some(ha_addr.to_string()));
+        let previous = self.role.send_replace(RoleState::Slave { epoch });
+        if previous != (RoleState::Slave { epoch }) {
+            tracing::info!(epoch, master = master_addr, "slave of its group's master");
+        }
+    }
+
+    /// Stops taking writes until the controller names a master (controller mode).
+    pub fn fence(&self) {
+        if self.role.send_replace(RoleState::Fenced) != RoleState::Fenced {
+            tracing::warn!("fenced: no master is known for this group");
+        }
+        self.acks.reset(Requirement::Count(0), 0);
+    }
+
+    /// The current role.
+    pub fn role_state(&self) -> RoleState {
+        *self.role.borrow()
+    }
+
+    /// Follows role changes.
+    pub fn role_changes(&self) -> watch::Receiver<RoleState> {
+        self.role.subscribe()
+    }
+
+    /// The id to register with name servers under: this replica's id in classic mode; in
+    /// controller mode 0 for the master and the replica id + 1 for slaves (clients take id 0
+    /// for the master, so no slave may use it).
+    pub fn registration_id(&self) -> i64 {
+        if !self.config.controller_mode() {
+            return self.broker_id;
+        }
+        match self.role_state() {
+            RoleState::Master { .. } => 0,
+            RoleState::Slave { .. } | RoleState::Fenced => self.broker_id + 1,
+        }
+    }
+
+    /// The master epoch this broker is in (0 before any).
+    pub fn epoch(&self) -> u32 {
+        match self.role_state() {
+            RoleState::Master { epoch } | RoleState::Slave { epoch } => epoch,
+            RoleState::Fenced => 0,
+        }
+    }
+
+    /// This replica's id.
+    pub fn broker_id(&self) -> i64 {
+        self.broker_id
+    }
+
+    /// `broker-name`.
+    pub fn broker_name(&self) -> &str {
+        &self.broker_name
+    }
+
+    /// The store replicated.
+    pub fn store(&self) -> &Arc<MessageStore> {
+        &self.store
+    }
+
+    /// The ack table.
+    pub fn acks(&self) -> &ReplicaAcks {
+        &self.acks
+    }
+
+    /// The configured role (classic mode).
+    pub fn role(&self) -> BrokerRole {
+        self.config.role
+    }
+
+    /// True while this broker is its group's master.
+    pub fn is_master(&self) -> bool {
+        matches!(self.role_state(), RoleState::Master { .. })
+    }
+
+    /// True while this broker is a master that waits for slaves.
+    pub fn is_sync(&self) -> bool {
+        self.is_master() && !self.acks.required().is_none()
+    }
+
+    /// True when an append may have to wait for slaves (a send cannot be answered inline).
+    pub fn may_wait(&self) -> bool {
+        self.config.synchronous()
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &ReplicationConfig {
+        &self.config
+    }
+
+    /// The connected slaves and what they acknowledged (a master).
+    pub fn slaves(&self) -> Vec<SlaveProgress> {
+        self.acks.slaves()
+    }
+
+    /// The high watermark as acknowledgements set it.
+    pub fn confirmed(&self) -> u64 {
+        self.acks.confirmed()
+    }
+
+    /// Waits until enough slaves hold the log below `end` (a SYNC_MASTER; anything else
+    /// returns at once).
+    pub async fn replicated(&self, end: u64) -> Result<(), Shortfall> {
+        if !self.is_master() {
+            // Demoted while the send waited: it is not known to be replicated.
+            return Err(Shortfall::SlaveNotAvailable);
+        }
+        let wait = self
+            .acks
+            .wait_for(end, self.store.commit_log_max_offset())?;
+        let Some(rx) = wait else {
+            return Ok(());
+        };
+        match tokio::time::timeout(self.config.slave_timeout(), rx).await {
+            Ok(Ok(())) => Ok(()),
+            _ => Err(Shortfall::SlaveTimeout),
+        }
+    }
+
+    /// The master's remoting address, once the name server told it (a slave).
+    pub fn master_broker(&self) -> Option<String> {
+        self.master_broker
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Tells a classic-mode slave where its master is (the name server's answer to a
+    /// registration): `master_addr` for metadata, `ha_addr` for the replication stream (a
+    /// configured `master-address` wins for the stream). In controller mode the controller
+    /// says it instead.
+    pub fn learn_master(&self, master_addr: &str, ha_addr: &str) {
+        if self.is_master() || self.config.controller_mode() {
+            return;
+        }
+        if !master_addr.is_empty() {
+            *self.master_broker.lock().unwrap_or_else(|e| e.into_inner()) =
+                Some(master_addr.to_string());
+        }
+        if !self.config.master_address.is_empty() || ha_addr.is_empty() {
+            return;
+        }
+        self.master.send_if_modified(|current| {
+            if current.as_deref() == Some(ha_addr) {
+                return false;
+            }
+            tracing::info!(master = ha_addr, "master's replication address learnt");
+            *current = Some(ha_addr.to_string());
+            true
+        });
+    }
+}
