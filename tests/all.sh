@@ -3,7 +3,8 @@
 # ~/.cache/conveyor (outside the checkout, so a fresh clone on the same machine reuses it), and
 # runs every test: formatting and clippy checks, the Rust workspace (unit, property, crash, torn-tail, full-disk and
 # power-loss tests on tests/faultfs) and
-# the real-client compatibility suite, the Kubernetes operator tests and the container image.
+# the real-client compatibility suite, the failover ledger with the Java client, the Kubernetes
+# operator tests and the container image.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CONVEYOR_CACHE="${CONVEYOR_CACHE:-$HOME/.cache/conveyor}"
@@ -52,6 +53,8 @@ suite() { # suite TITLE SCRIPT
 }
 
 suite "real RocketMQ clients against conveyor standalone" tests/compat/run-against-standalone.sh
+# Replication: the Java producer through 20 SIGKILLs of the master (controller mode), with a ledger.
+suite "failover with the Java client" tests/compat/failover.sh
 # Kubernetes operator: helm/schema/hadolint checks and the real kube-apiserver + etcd tests. The tools
 # are installed by the script; under CI=true a part it still has to skip fails.
 suite "Kubernetes operator" tests/k8s/e2e.sh

@@ -72,14 +72,17 @@ struct Cluster {
 
 impl Cluster {
     async fn start(root: &Path) -> Cluster {
+        Self::start_with(root, "").await
+    }
+
+    /// A cluster whose brokers get `replication` appended to their `[replication]` section.
+    async fn start_with(root: &Path, replication: &str) -> Cluster {
+        let settings = format!("{BROKER_SETTINGS}{replication}");
         let c = paths(root, "controller", "[controller]\ndetection-ms = 1500\n");
         let controller = Broker::start_as(&c.data, &c.config, &c.log, Mode::Controller, &[]).await;
         let n = paths(root, "namesrv", "");
         let namesrv = Broker::start_as(&n.data, &n.config, &n.log, Mode::NameServer, &[]).await;
-        let nodes = [
-            paths(root, "b0", BROKER_SETTINGS),
-            paths(root, "b1", BROKER_SETTINGS),
-        ];
+        let nodes = [paths(root, "b0", &settings), paths(root, "b1", &settings)];
         let mut cluster = Cluster {
             controller,
             namesrv,
@@ -617,4 +620,126 @@ async fn a_controlled_switchover_moves_the_master_without_loss() {
         lost.is_empty(),
         "acknowledged but lost in the switchover: {lost:?}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn asynchronous_replication_loses_only_what_the_slave_had_not_received_and_says_how_much() {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use std::sync::{Arc, Mutex};
+    let tmp = tempfile::tempdir().unwrap();
+    let mut cluster = Cluster::start_with(tmp.path(), "synchronous = false\n").await;
+    let ok = Arc::new(Mutex::new(BTreeSet::new()));
+    let attempted = Arc::new(Mutex::new(BTreeSet::new()));
+    let target = Arc::new(AtomicUsize::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    // Where each broker listens now (a restarted one gets new ports).
+    let current = |c: &Cluster| -> Vec<String> {
+        c.brokers
+            .iter()
+            .map(|b| b.as_ref().map_or(String::new(), |b| b.broker.to_string()))
+            .collect()
+    };
+    let addrs = Arc::new(Mutex::new(current(&cluster)));
+    // Four producers with a send each in flight at all times, so that kills land mid-stream.
+    let mut producers = Vec::new();
+    for p in 0..4 {
+        let (ok, attempted, target, stop, addrs) = (
+            ok.clone(),
+            attempted.clone(),
+            target.clone(),
+            stop.clone(),
+            addrs.clone(),
+        );
+        producers.push(tokio::spawn(async move {
+            let client = RemotingClient::new(RemotingConfig::default());
+            let mut n = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                let body = format!("p{p}-{n:08}");
+                n += 1;
+                attempted.lock().unwrap().insert(body.clone());
+                let addr = addrs.lock().unwrap()[target.load(Ordering::Relaxed)].clone();
+                let r = client
+                    .invoke_timeout(
+                        &addr,
+                        send_request(TOPIC, 0, body.clone()),
+                        Duration::from_secs(2),
+                    )
+                    .await;
+                match r {
+                    Ok(r) if r.code == resp::SUCCESS => {
+                        ok.lock().unwrap().insert(body);
+                    }
+                    _ => tokio::time::sleep(Duration::from_millis(5)).await,
+                }
+            }
+        }));
+    }
+    let ok_count = || ok.lock().unwrap().len();
+    let kills = 5;
+    for cycle in 0..kills {
+        let deadline = Instant::now() + DEADLINE;
+        let master = loop {
+            if let Some((m, _)) = cluster.master().await {
+                target.store(m, Ordering::Relaxed);
+                let before = ok_count();
+                if cluster.in_sync().await.len() == 2 {
+                    // Some acknowledged traffic on this master before the kill.
+                    while ok_count() < before + 50 {
+                        assert!(
+                            Instant::now() < deadline,
+                            "cycle {cycle}: no traffic\n{}",
+                            cluster.logs()
+                        );
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                    }
+                    break m;
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "cycle {cycle}: no in-sync master\n{}",
+                cluster.logs()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        cluster.brokers[master].as_mut().unwrap().kill();
+        target.store(1 - master, Ordering::Relaxed);
+        let before = ok_count();
+        while ok_count() == before {
+            assert!(
+                Instant::now() < deadline + DEADLINE,
+                "cycle {cycle}: no promotion\n{}",
+                cluster.logs()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        cluster.spawn(master).await;
+        *addrs.lock().unwrap() = current(&cluster);
+    }
+    stop.store(true, Ordering::Relaxed);
+    for p in producers {
+        p.await.unwrap();
+    }
+    let deadline = Instant::now() + DEADLINE;
+    let master = loop {
+        if let Some((m, _)) = cluster.master().await {
+            if cluster.in_sync().await.len() == 2 {
+                break m;
+            }
+        }
+        assert!(Instant::now() < deadline, "no in-sync master at the end");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let addr = cluster.brokers[master].as_ref().unwrap().broker.to_string();
+    let seen: BTreeSet<String> = drain(&cluster.client, &addr).await.into_values().collect();
+    let ok = ok.lock().unwrap().clone();
+    let attempted = attempted.lock().unwrap().clone();
+    let lost = ok.difference(&seen).count();
+    let unexpected: Vec<&String> = seen.difference(&attempted).collect();
+    eprintln!(
+        "asynchronous replication: {lost} of {} acknowledged messages lost over {kills} master kills \
+         (acknowledged by the master, not yet on the slave)",
+        ok.len()
+    );
+    assert!(unexpected.is_empty(), "never sent: {unexpected:?}");
 }

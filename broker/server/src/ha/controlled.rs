@@ -88,7 +88,7 @@ pub(super) async fn run(repl: Arc<Replication>, shutdown: CancellationToken) {
             tracing::error!(error = %e, "could not take the role the controller named");
             continue;
         }
-        if repl.is_master() && repl.config.synchronous() {
+        if repl.is_master() {
             keep_in_sync(&repl, &client, addr, &info, &mut keeper).await;
         } else {
             keeper = InSyncKeeper::default();
@@ -160,6 +160,16 @@ fn others(set: &BTreeSet<i64>, me: i64) -> BTreeSet<i64> {
     set.iter().copied().filter(|id| *id != me).collect()
 }
 
+/// Under synchronous replication, every member of `set` but this master must acknowledge a
+/// record before SEND_OK. (Asynchronous replication keeps the set too: it says who may be
+/// elected; nobody is waited for.)
+fn require(repl: &Replication, set: &BTreeSet<i64>, end: u64) {
+    if repl.config.synchronous() {
+        repl.acks
+            .set_required(Requirement::Members(others(set, repl.broker_id)), end);
+    }
+}
+
 /// As master: adds caught-up slaves to the in-sync set and drops those behind or away for
 /// longer than `max-time-not-caught-up-ms`, by compare-and-set at the controller.
 async fn keep_in_sync(
@@ -183,8 +193,7 @@ async fn keep_in_sync(
         Some((union, _)) => must.extend(union.iter().copied()),
         None => {}
     }
-    repl.acks
-        .set_required(Requirement::Members(others(&must, me)), end);
+    require(repl, &must, end);
     let now = Instant::now();
     let slaves = repl.acks.slaves();
     let caught_up = |id: i64| {
@@ -215,8 +224,7 @@ async fn keep_in_sync(
     }
     // Until the controller agrees, acknowledgements need both sets.
     let union: BTreeSet<i64> = must.union(&desired).copied().collect();
-    repl.acks
-        .set_required(Requirement::Members(others(&union, me)), end);
+    require(repl, &union, end);
     let body = SyncStateSetBody {
         sync_state_set: desired.clone(),
         sync_state_set_epoch: set_epoch,
@@ -238,8 +246,7 @@ async fn keep_in_sync(
             if let Some((union, _)) = &keeper.pending {
                 must.extend(union.iter().copied());
             }
-            repl.acks
-                .set_required(Requirement::Members(others(&must, me)), end);
+            require(repl, &must, end);
             keeper.current = Some((desired, epoch));
         }
         Ok(r) => {

@@ -1,0 +1,188 @@
+#!/usr/bin/env bash
+# The failover ledger with the real Java client (issue 10): a controller, a name server and two
+# brokers in controller mode (SYNC flush, synchronous replication), as real processes. The Java
+# producer (rocketmq-client from Maven Central, default retry settings) sends keyed messages
+# continuously; the master is killed with SIGKILL FAILOVER_CYCLES times (default 20; the long
+# mode is 100), each time once both replicas are in sync; the controller promotes the slave and
+# the killed broker comes back as its slave. Afterwards a Java consumer reads everything from
+# offset 0: every key the producer saw SEND_OK for must be there, and no key it never sent.
+# Prints the unavailability (kill → next SEND_OK) median and max.
+#
+#   tests/compat/failover.sh
+#
+# Environment: CONVEYOR_BIN (default: build the debug binary), FAILOVER_CYCLES, FAILOVER_CLIENT
+# (rmq5 or rmq4, default rmq5), COMPAT_LOG_DIR.
+set -euo pipefail
+
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+ROOT="$(cd "$HERE/../.." && pwd)"
+CACHE="${CONVEYOR_CACHE:-$HOME/.cache/conveyor}"
+OUT="$CACHE/compat"
+CYCLES="${FAILOVER_CYCLES:-20}"
+PROFILE="${FAILOVER_CLIENT:-rmq5}"
+TOPIC=FailoverLedger
+
+"$HERE/fetch.sh" >&2
+if [[ -n "${CONVEYOR_BIN:-}" ]]; then
+  BIN="$CONVEYOR_BIN"
+else
+  (cd "$ROOT" && cargo build -q -p conveyor)
+  BIN="${CARGO_TARGET_DIR:-$ROOT/target}/debug/conveyor"
+fi
+WORK="$(mktemp -d /tmp/conveyor-failover.XXXXXX)"
+LOGS="${COMPAT_LOG_DIR:-$OUT/logs/failover-$(date +%Y%m%d-%H%M%S)}"
+mkdir -p "$LOGS"
+say() { echo "failover: $*" >&2; }
+
+cleanup() {
+  for f in "$WORK"/*.pid; do
+    [[ -f "$f" ]] && kill -9 "$(cat "$f")" 2>/dev/null || true
+  done
+  cp "$WORK"/*.log "$LOGS"/ 2>/dev/null || true
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'; }
+declare -A PORT
+for p in controller namesrv controller_http namesrv_http b0 b0_ha b0_http b1 b1_ha b1_http; do
+  PORT[$p]="$(free_port)"
+done
+CONTROLLER="127.0.0.1:${PORT[controller]}"
+NAMESRV="127.0.0.1:${PORT[namesrv]}"
+
+cat >"$WORK/controller.toml" <<'EOF'
+[controller]
+detection-ms = 2000
+EOF
+cat >"$WORK/broker.toml" <<'EOF'
+[store]
+flush-mode = "sync"
+segment-size = 16777216
+max-message-size = 65536
+[replication]
+slave-timeout-ms = 1000
+heartbeat-interval-ms = 200
+housekeeping-interval-ms = 2000
+metadata-sync-interval-ms = 200
+controller-heartbeat-ms = 200
+max-time-not-caught-up-ms = 4000
+EOF
+
+wait_http() { # port name
+  for _ in $(seq 600); do
+    curl -fs "http://127.0.0.1:$1/readyz" >/dev/null 2>&1 && return 0
+    sleep 0.1
+  done
+  say "$2 not ready; its log:"
+  tail -20 "$WORK/$2.log" >&2
+  exit 1
+}
+
+start_controller() {
+  "$BIN" controller --config "$WORK/controller.toml" --data-dir "$WORK/controller" \
+    --listen "$CONTROLLER" --http-listen "127.0.0.1:${PORT[controller_http]}" >>"$WORK/controller.log" 2>&1 &
+  echo $! >"$WORK/controller.pid"
+  wait_http "${PORT[controller_http]}" controller
+}
+start_namesrv() {
+  "$BIN" namesrv --listen "$NAMESRV" --http-listen "127.0.0.1:${PORT[namesrv_http]}" >>"$WORK/namesrv.log" 2>&1 &
+  echo $! >"$WORK/namesrv.pid"
+  wait_http "${PORT[namesrv_http]}" namesrv
+}
+start_broker() { # id
+  local id=$1
+  "$BIN" broker --config "$WORK/broker.toml" --data-dir "$WORK/b$id" --namesrv-addr "$NAMESRV" \
+    --controller-addr "$CONTROLLER" --broker-id "$id" --listen "127.0.0.1:${PORT[b$id]}" \
+    --replication-listen "127.0.0.1:${PORT[b${id}_ha]}" --http-listen "127.0.0.1:${PORT[b${id}_http]}" \
+    >>"$WORK/b$id.log" 2>&1 &
+  echo $! >"$WORK/b$id.pid"
+  wait_http "${PORT[b${id}_http]}" "b$id"
+}
+
+# The controller's view: "MASTER IN_SYNC_COUNT" (MASTER -1 when none).
+replication() {
+  "$BIN" admin replication --controller "$CONTROLLER" --group broker-a --output json 2>/dev/null |
+    python3 -c 'import json,sys; d=json.load(sys.stdin); print(d["master"] if d["master"] is not None else -1, len(d["syncStateSet"]))' ||
+    echo "-1 0"
+}
+lines() { [[ -f "$1" ]] && wc -l <"$1" || echo 0; }
+now() { date +%s.%N; }
+
+java_run() { # java_run LOGNAME ARGS...
+  local logroot="$WORK/java"
+  mkdir -p "$logroot"
+  local name=$1
+  shift
+  java -Xms64m -Xmx512m -Drocketmq.client.logRoot="$logroot" -Drocketmq.log.root="$logroot" \
+    -Duser.home="$logroot/home" -Dlogback.configurationFile="$HERE/mqadmin/conf/logback_tools.xml" \
+    -cp "$(cat "$OUT/java-$PROFILE.classpath")" conveyor.compat.Ledger "$@" >"$WORK/$name.out" 2>>"$WORK/$name.log"
+}
+
+start_controller
+start_namesrv
+start_broker 0
+start_broker 1
+mkdir -p "$WORK/ledger"
+java_run producer produce "$NAMESRV" "$TOPIC" "$WORK/ledger" &
+echo $! >"$WORK/producer.pid"
+say "cluster up (controller $CONTROLLER, name server $NAMESRV); $CYCLES kills with the $(cat "$OUT/java-$PROFILE.version") Java producer"
+
+UNAVAILABLE=()
+for cycle in $(seq 1 "$CYCLES"); do
+  # Both replicas in sync and the producer acknowledged again (20 more SEND_OK).
+  base=$(lines "$WORK/ledger/ok")
+  deadline=$((SECONDS + 90))
+  while :; do
+    read -r master in_sync < <(replication)
+    if [[ $master -ge 0 && $in_sync -eq 2 && $(lines "$WORK/ledger/ok") -ge $((base + 20)) ]]; then break; fi
+    if ((SECONDS > deadline)); then
+      say "cycle $cycle: no in-sync master with progress (master $master, in-sync $in_sync)"
+      exit 1
+    fi
+    sleep 0.1
+  done
+  base=$(lines "$WORK/ledger/ok")
+  kill -9 "$(cat "$WORK/b$master.pid")"
+  killed=$(now)
+  deadline=$((SECONDS + 90))
+  until (($(lines "$WORK/ledger/ok") > base)); do
+    if ((SECONDS > deadline)); then
+      say "cycle $cycle: no SEND_OK after killing broker $master"
+      exit 1
+    fi
+    sleep 0.05
+  done
+  UNAVAILABLE+=("$(echo "$(now) - $killed" | bc)")
+  start_broker "$master"
+done
+touch "$WORK/ledger/stop"
+wait "$(cat "$WORK/producer.pid")" || true
+rm -f "$WORK/producer.pid"
+cat "$WORK/producer.out" >&2
+
+# Drain from the final master once both replicas agree.
+deadline=$((SECONDS + 90))
+until read -r master in_sync < <(replication) && [[ $in_sync -eq 2 ]]; do
+  ((SECONDS < deadline)) || { say "the replicas never got in sync at the end"; exit 1; }
+  sleep 0.1
+done
+java_run drain drain "$NAMESRV" "$TOPIC" "$WORK/ledger"
+cat "$WORK/drain.out" >&2
+
+python3 - "$WORK/ledger" "${UNAVAILABLE[@]}" <<'PY'
+import statistics, sys
+d = sys.argv[1]
+read = lambda n: set(open(f"{d}/{n}").read().split())
+attempted, ok, seen = read("attempted"), read("ok"), read("seen")
+lost = sorted(ok - seen)
+unexpected = sorted(seen - attempted)
+times = sorted(float(t) for t in sys.argv[2:])
+print(f"failover (Java client): {len(times)} kills, {len(attempted)} sent, {len(ok)} SEND_OK, "
+      f"{len(seen)} consumed, lost {len(lost)}, unexpected {len(unexpected)}; unavailable "
+      f"median {statistics.median(times):.2f} s, max {max(times):.2f} s")
+if lost or unexpected:
+    print(f"FAIL failover-ledger: lost {lost[:20]}, unexpected {unexpected[:20]}")
+    sys.exit(1)
+print("PASS failover-ledger")
+PY
