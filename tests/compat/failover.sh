@@ -6,6 +6,8 @@
 # mode is 100), each time once both replicas are in sync; the controller promotes the slave and
 # the killed broker comes back as its slave. Afterwards a Java consumer reads everything from
 # offset 0: every key the producer saw SEND_OK for must be there, and no key it never sent.
+# Every fourth cycle the slave is killed first and restarted after the master's kill: what the
+# master stored meanwhile must not have been acknowledged.
 # Prints the unavailability (kill → next SEND_OK) median and max.
 #
 #   tests/compat/failover.sh
@@ -80,23 +82,24 @@ wait_http() { # port name
 }
 
 start_controller() {
-  "$BIN" controller --config "$WORK/controller.toml" --data-dir "$WORK/controller" \
+  # Started from a subshell, so that the shell does not report the processes it kills.
+  ("$BIN" controller --config "$WORK/controller.toml" --data-dir "$WORK/controller" \
     --listen "$CONTROLLER" --http-listen "127.0.0.1:${PORT[controller_http]}" >>"$WORK/controller.log" 2>&1 &
-  echo $! >"$WORK/controller.pid"
+  echo $! >"$WORK/controller.pid")
   wait_http "${PORT[controller_http]}" controller
 }
 start_namesrv() {
-  "$BIN" namesrv --listen "$NAMESRV" --http-listen "127.0.0.1:${PORT[namesrv_http]}" >>"$WORK/namesrv.log" 2>&1 &
-  echo $! >"$WORK/namesrv.pid"
+  ("$BIN" namesrv --listen "$NAMESRV" --http-listen "127.0.0.1:${PORT[namesrv_http]}" >>"$WORK/namesrv.log" 2>&1 &
+  echo $! >"$WORK/namesrv.pid")
   wait_http "${PORT[namesrv_http]}" namesrv
 }
 start_broker() { # id
   local id=$1
-  "$BIN" broker --config "$WORK/broker.toml" --data-dir "$WORK/b$id" --namesrv-addr "$NAMESRV" \
+  ("$BIN" broker --config "$WORK/broker.toml" --data-dir "$WORK/b$id" --namesrv-addr "$NAMESRV" \
     --controller-addr "$CONTROLLER" --broker-id "$id" --listen "127.0.0.1:${PORT[b$id]}" \
     --replication-listen "127.0.0.1:${PORT[b${id}_ha]}" --http-listen "127.0.0.1:${PORT[b${id}_http]}" \
     >>"$WORK/b$id.log" 2>&1 &
-  echo $! >"$WORK/b$id.pid"
+  echo $! >"$WORK/b$id.pid")
   wait_http "${PORT[b${id}_http]}" "b$id"
 }
 
@@ -107,6 +110,8 @@ replication() {
     echo "-1 0"
 }
 lines() { [[ -f "$1" ]] && wc -l <"$1" || echo 0; }
+# The number of the newest acknowledged key (keys are k-<sequence>, sent in order).
+last_ok() { [[ -s "$1" ]] && tail -n 1 "$1" | sed 's/^k-0*//; s/^$/0/' || echo -1; }
 now() { date +%s.%N; }
 
 java_run() { # java_run LOGNAME ARGS...
@@ -142,11 +147,23 @@ for cycle in $(seq 1 "$CYCLES"); do
     fi
     sleep 0.1
   done
-  base=$(lines "$WORK/ledger/ok")
-  kill -9 "$(cat "$WORK/b$master.pid")"
+  if ((cycle % 4 == 0)); then
+    # The slave dies first: what the master stores now is not on it and must not be SEND_OK.
+    # The master dies before the in-sync set drops the slave, which comes back and is promoted.
+    slave=$((1 - master))
+    kill -9 "$(cat "$WORK/b$slave.pid")"
+    sent=$(lines "$WORK/ledger/attempted")
+    until (($(lines "$WORK/ledger/attempted") >= sent + 2)); do sleep 0.01; done
+    kill -9 "$(cat "$WORK/b$master.pid")"
+    start_broker "$slave"
+  else
+    kill -9 "$(cat "$WORK/b$master.pid")"
+  fi
   killed=$(now)
+  # The first acknowledgement of a message sent after the kill.
+  first_after=$(lines "$WORK/ledger/attempted")
   deadline=$((SECONDS + 90))
-  until (($(lines "$WORK/ledger/ok") > base)); do
+  until (($(last_ok "$WORK/ledger/ok") >= first_after)); do
     if ((SECONDS > deadline)); then
       say "cycle $cycle: no SEND_OK after killing broker $master"
       exit 1
