@@ -13,7 +13,7 @@
 #   tests/compat/failover.sh
 #
 # Environment: CONVEYOR_BIN (default: build the debug binary), FAILOVER_CYCLES, FAILOVER_CLIENT
-# (rmq5 or rmq4, default rmq5), COMPAT_LOG_DIR.
+# (rmq5 or rmq4, default rmq5), COMPAT_LOG_DIR, FAILOVER_KEEP (keep the data directories).
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -41,7 +41,7 @@ cleanup() {
     [[ -f "$f" ]] && kill -9 "$(cat "$f")" 2>/dev/null || true
   done
   cp "$WORK"/*.log "$LOGS"/ 2>/dev/null || true
-  rm -rf "$WORK"
+  if [[ -n "${FAILOVER_KEEP:-}" ]]; then say "kept $WORK"; else rm -rf "$WORK"; fi
 }
 trap cleanup EXIT
 
