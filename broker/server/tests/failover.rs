@@ -743,3 +743,196 @@ async fn asynchronous_replication_loses_only_what_the_slave_had_not_received_and
     );
     assert!(unexpected.is_empty(), "never sent: {unexpected:?}");
 }
+
+/// A TCP relay the test can cut: while cut, the connections it holds stay open but carry
+/// nothing (a network partition: no reset, no FIN), and new ones are closed; healed, it drops
+/// the held connections and relays again.
+struct Partitionable {
+    addr: std::net::SocketAddr,
+    target: std::sync::Arc<std::sync::Mutex<Option<std::net::SocketAddr>>>,
+    cut: tokio::sync::watch::Sender<bool>,
+}
+
+impl Partitionable {
+    async fn start() -> Partitionable {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let target = std::sync::Arc::new(std::sync::Mutex::new(None::<std::net::SocketAddr>));
+        let (cut, cut_rx) = tokio::sync::watch::channel(false);
+        let to = target.clone();
+        tokio::spawn(async move {
+            loop {
+                let Ok((inbound, _)) = listener.accept().await else {
+                    return;
+                };
+                let Some(dest) = *to.lock().unwrap() else {
+                    continue;
+                };
+                if *cut_rx.borrow() {
+                    continue; // dropped: refused while partitioned
+                }
+                let mut cut_rx = cut_rx.clone();
+                tokio::spawn(async move {
+                    let Ok(outbound) = tokio::net::TcpStream::connect(dest).await else {
+                        return;
+                    };
+                    let (mut a, mut b) = (inbound, outbound);
+                    tokio::select! {
+                        _ = tokio::io::copy_bidirectional(&mut a, &mut b) => {}
+                        _ = async { drop(cut_rx.wait_for(|c| *c).await) } => {
+                            // Partitioned: hold both ends silent until healed, then drop them.
+                            drop(cut_rx.wait_for(|c| !*c).await);
+                        }
+                    }
+                });
+            }
+        });
+        Partitionable { addr, target, cut }
+    }
+
+    fn point_at(&self, dest: std::net::SocketAddr) {
+        *self.target.lock().unwrap() = Some(dest);
+    }
+
+    fn partition(&self, cut: bool) {
+        self.cut.send_replace(cut);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_isolated_master_acknowledges_nothing_and_is_cut_back_after_healing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    let c = paths(root, "controller", "[controller]\ndetection-ms = 1500\n");
+    let controller = Broker::start_as(&c.data, &c.config, &c.log, Mode::Controller, &[]).await;
+    let n = paths(root, "namesrv", "");
+    let namesrv = Broker::start_as(&n.data, &n.config, &n.log, Mode::NameServer, &[]).await;
+    // b0 reaches the controller, and b1 reaches b0's replication stream, through relays the
+    // test can cut; clients reach b0 directly.
+    let to_controller = Partitionable::start().await;
+    to_controller.point_at(controller.broker);
+    let to_b0_stream = Partitionable::start().await;
+    let b0_settings = format!(
+        "{BROKER_SETTINGS}advertised-addr = \"{}\"\n",
+        to_b0_stream.addr
+    );
+    let nodes = [
+        paths(root, "b0", &b0_settings),
+        paths(root, "b1", BROKER_SETTINGS),
+    ];
+    let start = |id: usize, controller_addr: String| {
+        let p = &nodes[id];
+        let ns = namesrv.broker;
+        let broker_id = id.to_string();
+        async move {
+            Broker::start_as(
+                &p.data,
+                &p.config,
+                &p.log,
+                Mode::Broker { namesrv: ns },
+                &[
+                    "--controller-addr",
+                    &controller_addr,
+                    "--broker-id",
+                    &broker_id,
+                ],
+            )
+            .await
+        }
+    };
+    let b0 = start(0, to_controller.addr.to_string()).await;
+    to_b0_stream.point_at(b0.replication);
+    let b1 = start(1, controller.broker.to_string()).await;
+    let cluster = Cluster {
+        controller,
+        namesrv,
+        nodes,
+        brokers: [Some(b0), Some(b1)],
+        client: RemotingClient::new(RemotingConfig::default()),
+    };
+    let mut ledger = Ledger::default();
+    let deadline = Instant::now() + DEADLINE;
+    loop {
+        if cluster.master().await.map(|m| m.0) == Some(0)
+            && ledger.send(&cluster, 0).await
+            && cluster.in_sync().await.len() == 2
+        {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no in-sync master b0\n{}",
+            cluster.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    for _ in 0..20 {
+        assert!(
+            ledger.send(&cluster, 0).await,
+            "b0 in sync must acknowledge"
+        );
+    }
+
+    // Partition b0 from its slave and the controller; clients still reach it.
+    to_controller.partition(true);
+    to_b0_stream.partition(true);
+    let mut during = BTreeSet::new();
+    let deadline = Instant::now() + DEADLINE;
+    loop {
+        let body = format!("isolated-{}", during.len());
+        ledger.attempted.insert(body.clone());
+        during.insert(body.clone());
+        assert_ne!(
+            cluster.send(0, &body).await,
+            Some(resp::SUCCESS),
+            "the isolated master acknowledged a send"
+        );
+        if ledger.send(&cluster, 1).await {
+            break; // b1 was promoted
+        }
+        assert!(
+            Instant::now() < deadline,
+            "b1 was not promoted\n{}",
+            cluster.logs()
+        );
+    }
+    // Still isolated, b0 acknowledges nothing.
+    for i in 0..3 {
+        let body = format!("isolated-late-{i}");
+        ledger.attempted.insert(body.clone());
+        during.insert(body.clone());
+        assert_ne!(cluster.send(0, &body).await, Some(resp::SUCCESS));
+    }
+    for _ in 0..20 {
+        ledger.send(&cluster, 1).await;
+    }
+    // Healed, b0 learns the new epoch, cuts its log back and follows b1.
+    to_controller.partition(false);
+    to_b0_stream.partition(false);
+    let deadline = Instant::now() + DEADLINE;
+    while cluster.in_sync().await.len() < 2 || cluster.master().await.map(|m| m.0) != Some(1) {
+        ledger.send(&cluster, 1).await;
+        assert!(
+            Instant::now() < deadline,
+            "b0 never rejoined\n{}",
+            cluster.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let addr = cluster.brokers[1].as_ref().unwrap().broker.to_string();
+    let seen: BTreeSet<String> = drain(&cluster.client, &addr).await.into_values().collect();
+    let lost: Vec<&String> = ledger.ok.difference(&seen).collect();
+    let unexpected: Vec<&String> = seen.difference(&ledger.attempted).collect();
+    assert!(lost.is_empty(), "acknowledged but lost: {lost:?}");
+    assert!(unexpected.is_empty(), "never sent: {unexpected:?}");
+    let kept: Vec<&String> = seen.intersection(&during).collect();
+    assert!(
+        kept.is_empty(),
+        "writes the isolated master took survived: {kept:?}"
+    );
+    let b0_log = std::fs::read_to_string(&cluster.nodes[0].log).unwrap();
+    assert!(
+        b0_log.contains("cutting the commit log back"),
+        "b0 was not cut back"
+    );
+}
