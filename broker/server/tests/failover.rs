@@ -197,6 +197,25 @@ struct Ledger {
 }
 
 impl Ledger {
+    /// Waits (sending meanwhile) until a master acknowledges and both replicas are in sync;
+    /// returns the master.
+    async fn in_sync_master(&mut self, cluster: &Cluster) -> usize {
+        let deadline = Instant::now() + DEADLINE;
+        loop {
+            if let Some((m, _)) = cluster.master().await {
+                if self.send(cluster, m).await && cluster.in_sync().await.len() == 2 {
+                    return m;
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no in-sync master\n{}",
+                cluster.logs()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
     /// Sends one new message to broker `id`; true on SEND_OK.
     async fn send(&mut self, cluster: &Cluster, id: usize) -> bool {
         let body = format!("m-{:08}", self.next);
@@ -424,20 +443,7 @@ async fn a_frozen_master_is_replaced_and_fenced_when_it_wakes_up() {
     let tmp = tempfile::tempdir().unwrap();
     let cluster = Cluster::start(tmp.path()).await;
     let mut ledger = Ledger::default();
-    let deadline = Instant::now() + DEADLINE;
-    let old = loop {
-        if let Some((m, _)) = cluster.master().await {
-            if ledger.send(&cluster, m).await && cluster.in_sync().await.len() == 2 {
-                break m;
-            }
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no in-sync master\n{}",
-            cluster.logs()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let old = ledger.in_sync_master(&cluster).await;
     let (_, old_epoch) = cluster.master().await.unwrap();
     let new = 1 - old;
     let old_addr = cluster.brokers[old].as_ref().unwrap().broker.to_string();
@@ -543,20 +549,7 @@ async fn a_controlled_switchover_moves_the_master_without_loss() {
     let cluster = Cluster::start(tmp.path()).await;
     let controller = cluster.controller.broker.to_string();
     let mut ledger = Ledger::default();
-    let deadline = Instant::now() + DEADLINE;
-    let old = loop {
-        if let Some((m, _)) = cluster.master().await {
-            if ledger.send(&cluster, m).await && cluster.in_sync().await.len() == 2 {
-                break m;
-            }
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no in-sync master\n{}",
-            cluster.logs()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let old = ledger.in_sync_master(&cluster).await;
     for _ in 0..50 {
         ledger.send(&cluster, old).await;
     }

@@ -390,15 +390,7 @@ impl CommitLog {
             Some(seg) => seg.end(),
             None => pos.next_multiple_of(self.segment_size()),
         };
-        let (next, created) = self.segments.get_or_append(next_base, || {
-            let mut file = self.allocator.take(next_base)?;
-            file.move_into(self.segments.dir())?;
-            Ok(file)
-        })?;
-        if created {
-            self.names_unsynced.store(true, Ordering::Release);
-        }
-        self.allocator.request(next.end());
+        let next = self.roll_to(next_base)?;
         tracing::debug!(segment = %next.path().display(), "rolled to commit log segment");
         if let Some(seg) = current {
             let room = seg.end() - pos;
@@ -504,8 +496,16 @@ impl CommitLog {
                 "offset {pos} is past the last segment but not a segment start"
             )));
         }
-        let (next, created) = self.segments.get_or_append(pos, || {
-            let mut file = self.allocator.take(pos)?;
+        self.roll_to(pos)
+    }
+
+    /// The segment starting at `base`, taken from the allocator when the log does not have it
+    /// yet (its name becomes durable at the next flush, before any record in it counts as
+    /// durable), with the allocator asked to prepare the one after. Caller: the append lock's
+    /// holder.
+    fn roll_to(&self, base: u64) -> Result<Arc<MappedFile>> {
+        let (next, created) = self.segments.get_or_append(base, || {
+            let mut file = self.allocator.take(base)?;
             file.move_into(self.segments.dir())?;
             Ok(file)
         })?;
@@ -592,14 +592,9 @@ impl CommitLog {
         if self.segments.min_offset().is_none() {
             let mut state = self.lock_append();
             let base = state.write_pos.next_multiple_of(self.segment_size());
-            let (first, created) = self.segments.get_or_append(base, || {
-                let mut file = self.allocator.take(base)?;
-                file.move_into(self.segments.dir())?;
-                Ok(file)
-            })?;
-            if created {
-                sync_dir(self.segments.dir())?;
-            }
+            let first = self.roll_to(base)?;
+            // Nothing is appended yet, so the new name is made durable right away.
+            sync_dir(self.segments.dir())?;
             state.write_pos = first.base();
             self.committed.store(first.base(), Ordering::Release);
             self.flushed.store(first.base(), Ordering::Release);

@@ -98,6 +98,22 @@ impl EpochHistory {
             .copied()
     }
 
+    /// The term that wrote the byte at `offset` (epoch 0 from offset 0 when the history does
+    /// not cover it) and where the next term starts (`u64::MAX` for the newest): a replication
+    /// batch from `offset` stops there, so that it never spans two terms.
+    pub fn term_at(&self, offset: u64) -> (EpochEntry, u64) {
+        let term = self.epoch_at(offset).unwrap_or(EpochEntry {
+            epoch: 0,
+            start_offset: 0,
+        });
+        let next = self
+            .entries
+            .iter()
+            .find(|e| e.start_offset > offset)
+            .map_or(u64::MAX, |e| e.start_offset);
+        (term, next)
+    }
+
     /// Where term number `i` (an index into [`Self::entries`]) ends in a log ending at
     /// `log_end`: the next term's start, or the log's end for the newest.
     fn end_of(&self, i: usize, log_end: u64) -> u64 {
@@ -293,6 +309,36 @@ mod tests {
         assert_eq!(x, h(&[(1, 0), (2, 100)]));
         assert_eq!(x.epoch_at(250).unwrap().epoch, 2);
         assert_eq!(x.epoch_at(99).unwrap().epoch, 1);
+        assert_eq!(
+            x.term_at(150),
+            (
+                EpochEntry {
+                    epoch: 2,
+                    start_offset: 100
+                },
+                u64::MAX
+            )
+        );
+        assert_eq!(
+            x.term_at(50),
+            (
+                EpochEntry {
+                    epoch: 1,
+                    start_offset: 0
+                },
+                100
+            )
+        );
+        assert_eq!(
+            h(&[(3, 40)]).term_at(10),
+            (
+                EpochEntry {
+                    epoch: 0,
+                    start_offset: 0
+                },
+                40
+            )
+        );
     }
 
     #[test]

@@ -166,27 +166,15 @@ async fn send(repl: &Replication, wr: &mut OwnedWriteHalf, from: u64) -> Result<
         tokio::pin!(appended);
         appended.as_mut().enable();
         if let Some(slice) = store.read_for_replica(next, config.batch_bytes()) {
-            let epochs = store.epochs();
-            let (epoch, epoch_start, term_end) = match epochs.epoch_at(next) {
-                Some(term) => {
-                    let end = epochs
-                        .entries()
-                        .iter()
-                        .find(|e| e.start_offset > next)
-                        .map_or(u64::MAX, |e| e.start_offset);
-                    (term.epoch, term.start_offset, end)
-                }
-                None => (
-                    0,
-                    0,
-                    epochs
-                        .entries()
-                        .first()
-                        .map_or(u64::MAX, |e| e.start_offset),
-                ),
-            };
+            let (term, term_end) = store.epochs().term_at(next);
             let len = (slice.len() as u64).min(term_end - next) as usize;
-            let header = transfer_header(next, epoch, epoch_start, store.confirm_offset(), len);
+            let header = transfer_header(
+                next,
+                term.epoch,
+                term.start_offset,
+                store.confirm_offset(),
+                len,
+            );
             if store.log_is_resident(next, next + len as u64) {
                 write_parts(wr, &[&header, &slice[..len]], deadline).await?;
             } else {
@@ -203,12 +191,11 @@ async fn send(repl: &Replication, wr: &mut OwnedWriteHalf, from: u64) -> Result<
         tokio::select! {
             _ = appended => {}
             _ = tokio::time::sleep(config.heartbeat_interval()) => {
-                let epochs = store.epochs();
-                let term = epochs.epoch_at(next.saturating_sub(1)).or(epochs.last());
+                let (term, _) = store.epochs().term_at(next.saturating_sub(1));
                 let header = transfer_header(
                     next,
-                    term.map_or(0, |t| t.epoch),
-                    term.map_or(0, |t| t.start_offset),
+                    term.epoch,
+                    term.start_offset,
                     store.confirm_offset(),
                     0,
                 );
