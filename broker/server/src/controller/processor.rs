@@ -114,7 +114,7 @@ fn number(req: &RemotingCommand, key: &str) -> Result<i64, RemotingCommand> {
 }
 
 impl Controller {
-    fn answer(&self, req: &RemotingCommand) -> Reply {
+    fn answer(&self, conn: &Connection, req: &RemotingCommand) -> Reply {
         let info = match req.code {
             rc::CONTROLLER_REGISTER_BROKER => {
                 let member = Member {
@@ -126,6 +126,7 @@ impl Controller {
                     header(req, "brokerName")?,
                     number(req, "brokerId")?,
                     member,
+                    Some(conn.id()),
                 )
             }
             rc::BROKER_HEARTBEAT => self.heartbeat(
@@ -133,6 +134,7 @@ impl Controller {
                 number(req, "brokerId")?,
                 number(req, "epoch")?.max(0) as u32,
                 number(req, "maxOffset")?.max(0) as u64,
+                Some(conn.id()),
             ),
             rc::CONTROLLER_GET_REPLICA_INFO => self.replica_info(header(req, "brokerName")?),
             rc::CONTROLLER_ELECT_MASTER => {
@@ -167,10 +169,14 @@ impl Controller {
 impl Processor for Controller {
     async fn handle(
         self: Arc<Self>,
-        _conn: Connection,
+        conn: Connection,
         request: RemotingCommand,
     ) -> Option<RemotingCommand> {
-        Some(self.answer(&request).unwrap_or_else(|e| e))
+        Some(self.answer(&conn, &request).unwrap_or_else(|e| e))
+    }
+
+    fn on_disconnect(&self, conn: &Connection) {
+        self.connection_closed(conn.id());
     }
 
     fn runs_inline(&self, _request: &RemotingCommand) -> bool {

@@ -1,17 +1,24 @@
 //! The controller service: the decision state behind a lock, the replicas' heartbeats, and
 //! the detection loop that elects a new master when one goes silent. Every change is saved
 //! through the [`StateStore`] before it takes effect or anyone hears of it.
+//!
+//! A replica is dead when its heartbeats stop for the detection time, or at once when the
+//! connection it heartbeats on closes (as RocketMQ's controller does on a channel close): a
+//! killed process's socket is closed by its kernel, so a `kill -9` is seen in milliseconds
+//! while a frozen or cut-off master still takes the full detection time.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Mutex;
 use std::time::Duration;
 
+use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::decide::{Candidate, ControllerError, ControllerState, GroupState, Member};
 use super::state_store::StateStore;
 use crate::broker::config_file::ConfigFileError;
+use crate::remoting::ConnectionId;
 
 /// How the controller decides.
 #[derive(Debug, Clone)]
@@ -64,9 +71,23 @@ impl ReplicaInfo {
 /// A replica's last heartbeat.
 #[derive(Debug, Clone, Copy)]
 struct Heartbeat {
+    /// When it arrived.
     at: Instant,
+    /// The replica's last epoch.
     epoch: u32,
+    /// Its CommitLog end.
     max_offset: u64,
+    /// The connection it came on, if known: its close ends the replica's liveness.
+    connection: Option<ConnectionId>,
+    /// That connection has closed: the replica is dead until it heartbeats again.
+    closed: bool,
+}
+
+impl Heartbeat {
+    /// Whether this heartbeat still says the replica is alive.
+    fn alive(&self, now: Instant, detection: Duration) -> bool {
+        !self.closed && now.duration_since(self.at) < detection
+    }
 }
 
 /// Why a request failed.
@@ -93,6 +114,9 @@ pub struct Controller {
     /// When this controller started: every replica counts as alive for one detection time
     /// after, so a restarted controller does not depose masters it has not heard from yet.
     started: Instant,
+    /// Wakes the detection loop when a replica's connection closes, or a replica calls
+    /// while its group has no live master.
+    lost: Notify,
 }
 
 impl Controller {
@@ -108,6 +132,7 @@ impl Controller {
             store,
             heartbeats: Mutex::new(HashMap::new()),
             started: Instant::now(),
+            lost: Notify::new(),
         })
     }
 
@@ -137,8 +162,9 @@ impl Controller {
         group: &str,
         broker_id: i64,
         member: Member,
+        connection: Option<ConnectionId>,
     ) -> Result<ReplicaInfo, ServiceError> {
-        self.beat(group, broker_id, 0, 0);
+        self.beat(group, broker_id, 0, 0, connection);
         let (election, info) =
             self.change(group, |g| Ok(g.register(cluster, broker_id, member)))?;
         if let Some(e) = election {
@@ -159,6 +185,7 @@ impl Controller {
         broker_id: i64,
         epoch: u32,
         max_offset: u64,
+        connection: Option<ConnectionId>,
     ) -> Result<ReplicaInfo, ServiceError> {
         let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
         let g = state.groups.get(group).ok_or_else(|| {
@@ -169,11 +196,44 @@ impl Controller {
         }
         let info = ReplicaInfo::of(g);
         drop(state);
-        self.beat(group, broker_id, epoch, max_offset);
+        self.beat(group, broker_id, epoch, max_offset, connection);
+        // A replica calling into a group without a live master may be the one to elect:
+        // do not wait for the next detection tick.
+        if !info
+            .master
+            .is_some_and(|m| self.is_alive(group, m, Instant::now()))
+        {
+            self.lost.notify_one();
+        }
         Ok(info)
     }
 
-    fn beat(&self, group: &str, broker_id: i64, epoch: u32, max_offset: u64) {
+    /// Connection `connection` closed: every replica that heartbeated on it is dead now, and
+    /// the detection loop runs at once.
+    pub fn connection_closed(&self, connection: ConnectionId) {
+        let mut lost = false;
+        let mut beats = self.heartbeats.lock().unwrap_or_else(|e| e.into_inner());
+        for ((group, id), h) in beats.iter_mut() {
+            if h.connection == Some(connection) && !h.closed {
+                tracing::info!(group, broker_id = id, "replica's connection closed");
+                h.closed = true;
+                lost = true;
+            }
+        }
+        drop(beats);
+        if lost {
+            self.lost.notify_one();
+        }
+    }
+
+    fn beat(
+        &self,
+        group: &str,
+        broker_id: i64,
+        epoch: u32,
+        max_offset: u64,
+        connection: Option<ConnectionId>,
+    ) {
         self.heartbeats
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -183,6 +243,8 @@ impl Controller {
                     at: Instant::now(),
                     epoch,
                     max_offset,
+                    connection,
+                    closed: false,
                 },
             );
     }
@@ -228,15 +290,18 @@ impl Controller {
         Ok(info)
     }
 
+    /// A replica not heard from since this controller started counts as alive for one
+    /// detection time: a restarted controller must not depose masters before they call.
     fn is_alive(&self, group: &str, id: i64, now: Instant) -> bool {
-        if now.duration_since(self.started) < self.config.detection {
-            return true;
-        }
-        self.heartbeats
+        match self
+            .heartbeats
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .get(&(group.to_string(), id))
-            .is_some_and(|h| now.duration_since(h.at) < self.config.detection)
+        {
+            Some(h) => h.alive(now, self.config.detection),
+            None => now.duration_since(self.started) < self.config.detection,
+        }
     }
 
     fn candidates(&self, group: &str, now: Instant) -> Vec<Candidate> {
@@ -259,7 +324,7 @@ impl Controller {
                 let h = beats.get(&(group.to_string(), id));
                 Candidate {
                     broker_id: id,
-                    alive: h.is_some_and(|h| now.duration_since(h.at) < self.config.detection),
+                    alive: h.is_some_and(|h| h.alive(now, self.config.detection)),
                     epoch: h.map_or(0, |h| h.epoch),
                     max_offset: h.map_or(0, |h| h.max_offset),
                 }
@@ -267,20 +332,18 @@ impl Controller {
             .collect()
     }
 
-    /// Every detection time / 4 until `shutdown`: a group whose master is silent (or that has
-    /// none) gets an election.
+    /// Every detection time / 4, and whenever a replica's connection closes, until
+    /// `shutdown`: a group whose master is dead (or that has none) gets an election.
     pub async fn run_detection(&self, shutdown: CancellationToken) {
         let mut tick =
             tokio::time::interval((self.config.detection / 4).max(Duration::from_millis(50)));
         loop {
             tokio::select! {
                 _ = tick.tick() => {}
+                _ = self.lost.notified() => {}
                 _ = shutdown.cancelled() => return,
             }
             let now = Instant::now();
-            if now.duration_since(self.started) < self.config.detection {
-                continue;
-            }
             let groups: Vec<(String, Option<i64>)> = self
                 .state
                 .lock()
@@ -300,5 +363,96 @@ impl Controller {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+
+    /// State kept in memory.
+    #[derive(Default)]
+    struct MemoryStore(Mutex<ControllerState>);
+
+    impl StateStore for MemoryStore {
+        fn load(&self) -> Result<ControllerState, ConfigFileError> {
+            Ok(self.0.lock().unwrap().clone())
+        }
+        fn save(&self, state: &ControllerState) -> Result<(), ConfigFileError> {
+            *self.0.lock().unwrap() = state.clone();
+            Ok(())
+        }
+    }
+
+    fn member(id: i64) -> Member {
+        Member {
+            addr: format!("10.0.0.{id}:10911"),
+            ha_addr: format!("10.0.0.{id}:10912"),
+        }
+    }
+
+    /// A group with master 0 (on connection 100) and in-sync slave 1 (on connection 101),
+    /// under a detection time far longer than any test.
+    fn group() -> Arc<Controller> {
+        let config = ControllerConfig {
+            detection: Duration::from_secs(3600),
+            allow_unclean: false,
+        };
+        let c = Arc::new(Controller::open(config, Box::<MemoryStore>::default()).unwrap());
+        c.register("c", "g", 0, member(0), Some(100)).unwrap();
+        c.register("c", "g", 1, member(1), Some(101)).unwrap();
+        let info = c.heartbeat("g", 0, 1, 4096, Some(100)).unwrap();
+        c.heartbeat("g", 1, 1, 4096, Some(101)).unwrap();
+        c.alter_sync_state_set(
+            "g",
+            0,
+            info.master_epoch,
+            info.sync_state_set_epoch,
+            BTreeSet::from([0, 1]),
+        )
+        .unwrap();
+        c
+    }
+
+    #[tokio::test]
+    async fn a_closed_master_connection_elects_at_once() {
+        let c = group();
+        assert_eq!(c.replica_info("g").unwrap().master, Some(0));
+        let stop = CancellationToken::new();
+        let detection = tokio::spawn({
+            let (c, stop) = (c.clone(), stop.clone());
+            async move { c.run_detection(stop).await }
+        });
+        // Another connection closing changes nothing.
+        c.connection_closed(999);
+        assert!(c.is_alive("g", 0, Instant::now()));
+        c.connection_closed(100);
+        assert!(!c.is_alive("g", 0, Instant::now()));
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while c.replica_info("g").unwrap().master != Some(1) {
+            assert!(Instant::now() < deadline, "no election after the close");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(c.replica_info("g").unwrap().master_epoch, 2);
+        // The old master heartbeating again on a new connection is alive again.
+        c.heartbeat("g", 0, 1, 4096, Some(102)).unwrap();
+        assert!(c.is_alive("g", 0, Instant::now()));
+        stop.cancel();
+        detection.await.unwrap();
+    }
+
+    #[test]
+    fn replicas_not_heard_from_yet_count_as_alive_for_one_detection_time() {
+        let saved = group().state.lock().unwrap().clone();
+        let restarted = Controller::open(
+            ControllerConfig::default(),
+            Box::new(MemoryStore(Mutex::new(saved))),
+        )
+        .unwrap();
+        let now = Instant::now();
+        assert!(restarted.is_alive("g", 0, now));
+        assert!(!restarted.is_alive("g", 0, now + Duration::from_secs(11)));
     }
 }
