@@ -2,7 +2,7 @@
 //! process: SIGKILL, power loss, resource limits, replication between processes. Its output
 //! goes to a log file whose tail failure messages show.
 
-use std::net::{SocketAddr, TcpListener};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -43,9 +43,21 @@ impl Broker {
         mode: Mode,
         extra: &[&str],
     ) -> Broker {
+        Self::start_at(&Place::default(), data, config, log, mode, extra).await
+    }
+
+    /// [`Broker::start_as`] at `place`.
+    pub async fn start_at(
+        place: &Place,
+        data: &Path,
+        config: &Path,
+        log: &Path,
+        mode: Mode,
+        extra: &[&str],
+    ) -> Broker {
         let mut last = String::new();
         for _ in 0..3 {
-            let mut b = Self::spawn_as(data, config, log, mode, extra);
+            let mut b = Self::spawn_at(place, data, config, log, mode, extra);
             let deadline = Instant::now() + Duration::from_secs(60);
             let ready = loop {
                 if let Some(status) = b.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
@@ -74,7 +86,19 @@ impl Broker {
 
     /// [`Broker::spawn`] in `mode`, with `extra` arguments.
     pub fn spawn_as(data: &Path, config: &Path, log: &Path, mode: Mode, extra: &[&str]) -> Broker {
-        let addr = |p: u16| SocketAddr::from(([127, 0, 0, 1], p));
+        Self::spawn_at(&Place::default(), data, config, log, mode, extra)
+    }
+
+    /// [`Broker::spawn_as`] at `place`.
+    pub fn spawn_at(
+        place: &Place,
+        data: &Path,
+        config: &Path,
+        log: &Path,
+        mode: Mode,
+        extra: &[&str],
+    ) -> Broker {
+        let addr = |p: u16| SocketAddr::new(place.ip, p);
         let (broker, http, replication) = (addr(free_port()), addr(free_port()), addr(free_port()));
         let ns = match mode {
             Mode::Standalone | Mode::NameServer | Mode::Controller => addr(free_port()),
@@ -85,7 +109,16 @@ impl Broker {
             .append(true)
             .open(log)
             .expect("log file");
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_conveyor"));
+        let binary = env!("CARGO_BIN_EXE_conveyor");
+        let mut cmd = match &place.netns {
+            // `ip netns exec` execs the binary: the child's pid is the broker's.
+            Some(netns) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", netns, binary]);
+                c
+            }
+            None => Command::new(binary),
+        };
         for (k, _) in std::env::vars() {
             if k.starts_with("CONVEYOR_") {
                 cmd.env_remove(k);
@@ -209,6 +242,26 @@ impl Broker {
 impl Drop for Broker {
     fn drop(&mut self) {
         self.kill();
+    }
+}
+
+/// Where a child runs: a network namespace (the test's own when `None`) and the address it
+/// listens on there.
+#[derive(Debug, Clone)]
+pub struct Place {
+    /// The network namespace, made by the test ([`super::netns::Lab`]).
+    pub netns: Option<String>,
+    /// Every port of the child listens on this address.
+    pub ip: IpAddr,
+}
+
+impl Default for Place {
+    /// Loopback of the test's own namespace.
+    fn default() -> Self {
+        Self {
+            netns: None,
+            ip: IpAddr::V4(Ipv4Addr::LOCALHOST),
+        }
     }
 }
 
