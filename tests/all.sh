@@ -24,16 +24,23 @@ cargo clippy --workspace --all-targets -- -D warnings
 echo "== no import circle inside any crate (tests/arch/import_cycles.py)"
 python3 tests/arch/import_cycles.py broker/protocol broker/remoting broker/settings broker/store broker/client broker/server operator tests/faultfs
 
-# The power-loss test (broker/server/tests/power_loss.rs) serves tests/faultfs over FUSE. As root it
-# mounts with mount(2); otherwise fuser goes through fusermount3 (Debian's fuse3), installed here when
-# missing (once: later runs find it). /dev/fuse itself must exist: under CI=true the test fails without it.
-if ! command -v fusermount3 >/dev/null; then
-  echo "== installing fuse3 (fusermount3) for the power-loss test"
+# Debian packages the Rust tests need, installed when missing (once: later runs find them):
+# - fuse3 (fusermount3): the power-loss test (broker/server/tests/power_loss.rs) serves tests/faultfs
+#   over FUSE; as root it mounts with mount(2), otherwise fuser goes through fusermount3. /dev/fuse
+#   itself must exist: under CI=true the test fails without it.
+# - iproute2 (ip) and nftables (nft): the partition test (broker/server/tests/failover.rs) puts
+#   brokers in network namespaces and cuts them apart with nftables rules.
+missing=()
+command -v fusermount3 >/dev/null || missing+=(fuse3)
+command -v ip >/dev/null || missing+=(iproute2)
+command -v nft >/dev/null || missing+=(nftables)
+if [ "${#missing[@]}" -gt 0 ]; then
+  echo "== installing ${missing[*]} for the power-loss and partition tests"
   if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ] \
-    && { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq fuse3; } >"$CONVEYOR_CACHE/apt-fuse3.log" 2>&1; then
+    && { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}"; } >"$CONVEYOR_CACHE/apt-test-tools.log" 2>&1; then
     :
   else
-    echo "tests/all.sh: could not install fuse3 (see $CONVEYOR_CACHE/apt-fuse3.log)" >&2
+    echo "tests/all.sh: could not install ${missing[*]} (see $CONVEYOR_CACHE/apt-test-tools.log)" >&2
     if [ "${CI:-}" = "true" ]; then exit 1; fi
   fi
 fi
