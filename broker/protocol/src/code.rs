@@ -49,6 +49,9 @@ pub mod request_code {
     pub const GET_ALL_CONSUMER_OFFSET: i32 = 43;
     /// Slave → master: the delay-level delivery progress (SlaveSynchronize).
     pub const GET_ALL_DELAY_OFFSET: i32 = 45;
+    /// Slave → master: the timer progress (SlaveSynchronize; Conveyor answers with its own
+    /// JSON body, not RocketMQ's binary TimerCheckpoint).
+    pub const GET_TIMER_CHECK_POINT: i32 = 60;
     /// Broker → client, oneway: ask for a transaction's state.
     pub const CHECK_TRANSACTION_STATE: i32 = 39;
     /// Broker → client, oneway: group membership changed, rebalance.
@@ -182,6 +185,7 @@ pub mod request_code {
             CONTROLLER_GET_REPLICA_INFO => "CONTROLLER_GET_REPLICA_INFO",
             GET_ALL_CONSUMER_OFFSET => "GET_ALL_CONSUMER_OFFSET",
             GET_ALL_DELAY_OFFSET => "GET_ALL_DELAY_OFFSET",
+            GET_TIMER_CHECK_POINT => "GET_TIMER_CHECK_POINT",
             CHECK_TRANSACTION_STATE => "CHECK_TRANSACTION_STATE",
             NOTIFY_CONSUMER_IDS_CHANGED => "NOTIFY_CONSUMER_IDS_CHANGED",
             LOCK_BATCH_MQ => "LOCK_BATCH_MQ",

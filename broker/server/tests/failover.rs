@@ -442,6 +442,150 @@ async fn killing_the_master_repeatedly_loses_no_acknowledged_message() {
     );
 }
 
+/// A raw send of `body` to broker `id` with extra message properties (`key`, `value`).
+async fn send_with(
+    cluster: &Cluster,
+    id: usize,
+    body: &str,
+    key: &str,
+    value: &str,
+) -> Option<i32> {
+    let b = cluster.brokers[id].as_ref()?;
+    let mut header = common::send_header(TOPIC, 0);
+    header
+        .properties
+        .push_str(&format!("{key}\u{1}{value}\u{2}"));
+    let req = RemotingCommand::request(rc::SEND_MESSAGE_V2, header.to_ext_fields())
+        .with_body(body.to_string());
+    let r = cluster
+        .client
+        .invoke_timeout(&b.broker.to_string(), req, Duration::from_secs(5))
+        .await
+        .ok()?;
+    Some(r.code)
+}
+
+/// A JSON body broker `id` answers to `code`, if it answers SUCCESS.
+async fn progress(cluster: &Cluster, id: usize, code: i32) -> Option<serde_json::Value> {
+    let b = cluster.brokers[id].as_ref()?;
+    let r = cluster
+        .client
+        .invoke_timeout(
+            &b.broker.to_string(),
+            RemotingCommand::request(code, Default::default()),
+            Duration::from_secs(3),
+        )
+        .await
+        .ok()?;
+    (r.code == resp::SUCCESS)
+        .then(|| serde_json::from_slice(&r.body).ok())
+        .flatten()
+}
+
+/// Delayed and timer messages through a failover: what the master delivered before it died is
+/// not delivered again by the promoted slave, which took the master's saved progress
+/// (SlaveSynchronize), and what was still waiting is delivered by the new master.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delay_and_timer_progress_follow_the_master() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut cluster = Cluster::start(tmp.path()).await;
+    let mut ledger = Ledger::default();
+    let master = ledger.in_sync_master(&cluster).await;
+    let slave = 1 - master;
+    let now = conveyor_protocol::time::now_ms();
+    for i in 0..3 {
+        for (body, key, value) in [
+            // Parked (a timer due now is delivered at once), due soon.
+            (
+                format!("early-timer-{i}"),
+                "TIMER_DELIVER_MS",
+                (now + 1_000).to_string(),
+            ),
+            (format!("early-delay-{i}"), "DELAY", "1".to_string()),
+            // Due well after the failover below (level 3 is 10 s).
+            (
+                format!("late-timer-{i}"),
+                "TIMER_DELIVER_MS",
+                (now + 8_000).to_string(),
+            ),
+            (format!("late-delay-{i}"), "DELAY", "3".to_string()),
+        ] {
+            assert_eq!(
+                send_with(&cluster, master, &body, key, &value).await,
+                Some(resp::SUCCESS),
+                "{body}"
+            );
+        }
+    }
+    let early: BTreeSet<String> = (0..3)
+        .flat_map(|i| [format!("early-timer-{i}"), format!("early-delay-{i}")])
+        .collect();
+    let late: BTreeSet<String> = (0..3)
+        .flat_map(|i| [format!("late-timer-{i}"), format!("late-delay-{i}")])
+        .collect();
+    // The master delivers the early ones, saves its progress, and the slave takes it: delay
+    // level 1 read past its three messages, the timer queue read past all six timers with
+    // the three late ones still pending.
+    let addr = |c: &Cluster, id: usize| c.brokers[id].as_ref().unwrap().broker.to_string();
+    let deadline = Instant::now() + DEADLINE;
+    loop {
+        let delivered: BTreeSet<String> = drain(&cluster.client, &addr(&cluster, master))
+            .await
+            .into_values()
+            .collect();
+        let delay = progress(&cluster, slave, rc::GET_ALL_DELAY_OFFSET).await;
+        let timer = progress(&cluster, slave, rc::GET_TIMER_CHECK_POINT).await;
+        let delay_done = delay
+            .as_ref()
+            .is_some_and(|d| d["offsetTable"]["1"].as_i64() >= Some(3));
+        let timer_done = timer.as_ref().is_some_and(|t| {
+            t["scanned"].as_i64() >= Some(6) && t["pending"].as_array().map(Vec::len) == Some(3)
+        });
+        if early.is_subset(&delivered) && delay_done && timer_done {
+            assert!(delivered.is_disjoint(&late), "late messages came early");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the slave never took the master's progress: delivered {delivered:?}, delay \
+             {delay:?}, timer {timer:?}\n{}",
+            cluster.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    cluster.brokers[master].as_mut().unwrap().kill();
+    let deadline = Instant::now() + DEADLINE;
+    while !ledger.send(&cluster, slave).await {
+        assert!(
+            Instant::now() < deadline,
+            "the slave was not promoted\n{}",
+            cluster.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // The new master delivers the late ones, and the early ones not again.
+    let deadline = Instant::now() + DEADLINE;
+    let bodies = loop {
+        let bodies: Vec<String> = drain(&cluster.client, &addr(&cluster, slave))
+            .await
+            .into_values()
+            .collect();
+        if late.iter().all(|l| bodies.contains(l)) {
+            break bodies;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the new master did not deliver the waiting messages\n{}",
+            cluster.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    for body in early.iter().chain(&late) {
+        let copies = bodies.iter().filter(|b| *b == body).count();
+        assert_eq!(copies, 1, "{body} delivered {copies} times");
+    }
+}
+
 /// The master address the name server gives clients for the group (broker id 0).
 async fn routed_master(cluster: &Cluster) -> Option<String> {
     let req = RemotingCommand::request(rc::GET_ROUTEINFO_BY_TOPIC, Default::default())

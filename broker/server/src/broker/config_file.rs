@@ -34,6 +34,18 @@ pub enum ConfigFileError {
     },
 }
 
+/// Why a progress body (delay or timer progress, served to slaves or taken from a master)
+/// could not be produced or taken.
+#[derive(Debug, thiserror::Error)]
+pub enum SyncBodyError {
+    /// Not the JSON expected.
+    #[error("bad progress body: {0}")]
+    Json(#[from] conveyor_protocol::json::JsonError),
+    /// Reading or saving it failed.
+    #[error(transparent)]
+    File(#[from] ConfigFileError),
+}
+
 /// Where a config document lives.
 #[derive(Debug, Clone)]
 pub struct ConfigFile {

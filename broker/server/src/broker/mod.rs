@@ -268,6 +268,19 @@ impl Broker {
             },
             parking,
         )?);
+        {
+            // A log cut back to a new master's term: nothing kept outside it may point past
+            // the cut, where the new master's records reuse the queue offsets.
+            let (store, offsets) = (store.clone(), offsets.clone());
+            let (schedule, timer, transactions) =
+                (schedule.clone(), timer.clone(), transactions.clone());
+            replication.on_truncate(Box::new(move || {
+                offsets.clamp_to_queue_ends(|topic, queue_id| store.max_offset(topic, queue_id));
+                schedule.truncated();
+                timer.truncated();
+                transactions.truncated();
+            }));
+        }
         let stopping = CancellationToken::new();
         let send = SendMessageProcessor::new(
             &config,
@@ -429,6 +442,7 @@ impl Broker {
             groups: self.groups.clone(),
             offsets: self.offsets.clone(),
             schedule: self.schedule.clone(),
+            timer: self.timer.clone(),
         };
         let interval = self.replication.config().metadata_sync_interval();
         sync.run(interval, shutdown).await
@@ -555,6 +569,7 @@ impl Broker {
             rc::GET_ALL_TOPIC_CONFIG => self.admin.all_topic_config(req),
             rc::GET_ALL_CONSUMER_OFFSET => json_body(req, self.offsets.to_json()),
             rc::GET_ALL_DELAY_OFFSET => json_body(req, self.schedule.progress_json()),
+            rc::GET_TIMER_CHECK_POINT => json_body(req, self.timer.progress_json()),
             rc::GET_TOPIC_CONFIG => self.admin.topic_config(req),
             rc::GET_BROKER_CONFIG => self.admin.broker_config(req),
             rc::GET_BROKER_RUNTIME_INFO => self.admin.runtime_info(req),

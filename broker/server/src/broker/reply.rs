@@ -60,6 +60,7 @@ pub fn refuse_on_slave(req: &RemotingCommand, replication: &crate::ha::Replicati
 }
 
 /// A success answer carrying a JSON body, or SYSTEM_ERROR when it could not be encoded.
-pub fn json_body(req: &RemotingCommand, body: Result<Vec<u8>, JsonError>) -> Reply {
-    Ok(ok(req).with_body(body.map_err(internal(req))?))
+pub fn json_body<E: std::fmt::Display>(req: &RemotingCommand, body: Result<Vec<u8>, E>) -> Reply {
+    let body = body.map_err(|e| error_response(req, resp::SYSTEM_ERROR, e.to_string()))?;
+    Ok(ok(req).with_body(body))
 }

@@ -16,22 +16,11 @@ use conveyor_store::{AcceptAll, MessageStore};
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
-use super::config_file::{ConfigFile, ConfigFileError};
+use super::config_file::{ConfigFile, ConfigFileError, SyncBodyError};
 use super::durability::Durability;
 use super::hold::PullHold;
 use super::parking::unpark;
 use super::topics::SCHEDULE_TOPIC;
-
-/// Why a progress body from the master could not be taken.
-#[derive(Debug, thiserror::Error)]
-pub enum SyncBodyError {
-    /// Not the JSON expected.
-    #[error("bad progress body: {0}")]
-    Json(#[from] conveyor_protocol::json::JsonError),
-    /// Saving it failed.
-    #[error(transparent)]
-    File(#[from] ConfigFileError),
-}
 
 #[derive(Debug, Default, Serialize, Deserialize)]
 struct Persisted {
@@ -129,9 +118,25 @@ impl ScheduleMessageService {
         })
     }
 
-    /// The delivery progress as RocketMQ's `delayOffset.json` body (GET_ALL_DELAY_OFFSET).
-    pub fn progress_json(&self) -> Result<Vec<u8>, conveyor_protocol::json::JsonError> {
-        conveyor_protocol::json::to_vec(&self.progress.snapshot())
+    /// The delivery progress as RocketMQ's `delayOffset.json` body (GET_ALL_DELAY_OFFSET):
+    /// what the file holds, which is written only once the delivered copies it counts are
+    /// durable and replicated. (The progress in memory runs ahead of that: a slave taking it
+    /// could skip a delivery whose copy it never received.)
+    pub fn progress_json(&self) -> Result<Vec<u8>, SyncBodyError> {
+        let saved: Persisted = self.progress.file.load()?.unwrap_or_default();
+        Ok(conveyor_protocol::json::to_vec(&saved)?)
+    }
+
+    /// The log was cut back (see `Replication::on_truncate`): each level's progress is
+    /// pulled back to its queue's new end, in memory and in the file.
+    pub fn truncated(&self) {
+        for level in 1..=self.delay_levels.len() as i32 {
+            self.progress
+                .clamp(level, self.store.max_offset(SCHEDULE_TOPIC, level - 1));
+        }
+        if let Err(e) = self.progress.write(&self.progress.snapshot()) {
+            tracing::error!(error = %e, "saving the delay progress after a truncation failed");
+        }
     }
 
     /// Takes the master's progress (a GET_ALL_DELAY_OFFSET body) as this slave's and saves

@@ -2,10 +2,11 @@
 //! topic table, the subscription groups, the committed consumer offsets and the delay-level
 //! progress — every `metadata-sync-interval-ms` (RocketMQ: 10 s in controller mode), with
 //! the requests RocketMQ's slaves use (GET_ALL_TOPIC_CONFIG, GET_ALL_SUBSCRIPTIONGROUP_CONFIG,
-//! GET_ALL_CONSUMER_OFFSET, GET_ALL_DELAY_OFFSET). A promoted slave therefore serves the same
-//! topics and groups, and consumers resume from offsets at most one interval old: duplicates,
-//! never loss. Timer and transaction progress are not copied yet (a promoted slave rescans
-//! its timer and half-message queues from its own saved progress).
+//! GET_ALL_CONSUMER_OFFSET, GET_ALL_DELAY_OFFSET, GET_TIMER_CHECK_POINT). A promoted slave
+//! therefore serves the same topics and groups, consumers resume from offsets at most one
+//! interval old, and delayed and timer messages delivered in the last interval are delivered
+//! again: duplicates, never loss. Transaction progress needs no copy: the decisions are op
+//! records in the log, which a promoted slave re-reads.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -22,6 +23,7 @@ use tokio_util::sync::CancellationToken;
 use super::groups::{SubscriptionGroupConfig, SubscriptionGroupManager};
 use super::offsets::ConsumerOffsetManager;
 use super::schedule::ScheduleMessageService;
+use super::timer::TimerMessageService;
 use super::topics::TopicConfigManager;
 use crate::ha::Replication;
 
@@ -40,6 +42,8 @@ pub struct SlaveSynchronize {
     pub offsets: Arc<ConsumerOffsetManager>,
     /// Its delay progress replaced by the master's.
     pub schedule: Arc<ScheduleMessageService>,
+    /// Its timer progress replaced by the master's.
+    pub timer: Arc<TimerMessageService>,
 }
 
 /// Why one synchronisation failed.
@@ -118,6 +122,10 @@ impl SlaveSynchronize {
         self.schedule
             .replace_progress(&body)
             .map_err(|e| body_error("delay progress", e))?;
+        let body = fetch(client, master, rc::GET_TIMER_CHECK_POINT, "timer progress").await?;
+        self.timer
+            .replace_progress(&body)
+            .map_err(|e| body_error("timer progress", e))?;
         Ok(())
     }
 }

@@ -23,7 +23,7 @@ use conveyor_store::{AcceptAll, MessageStore};
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
-use super::config_file::{ConfigFile, ConfigFileError};
+use super::config_file::{ConfigFile, ConfigFileError, SyncBodyError};
 use super::durability::Durability;
 use super::hold::PullHold;
 use super::parking::{unpark, TIMER_OUT_MS};
@@ -211,6 +211,46 @@ impl TimerMessageService {
 
     fn write(&self, p: &Persisted) -> Result<(), ConfigFileError> {
         self.file.store(p)
+    }
+
+    /// The progress as saved (GET_TIMER_CHECK_POINT, Conveyor's JSON body): written only
+    /// once the deliveries it counts are durable and replicated, so a slave taking it never
+    /// skips a timer whose delivered copy it lacks.
+    pub fn progress_json(&self) -> Result<Vec<u8>, SyncBodyError> {
+        let saved: Persisted = self.file.load()?.unwrap_or_default();
+        Ok(conveyor_protocol::json::to_vec(&saved)?)
+    }
+
+    /// Takes the master's progress (a GET_TIMER_CHECK_POINT body) as this slave's and saves
+    /// it (SlaveSynchronize): a promoted slave re-reads the timers the master had pending and
+    /// goes on from where it had read; a timer delivered since the last sync is delivered
+    /// again (duplicates, never a skip).
+    pub fn replace_progress(&self, body: &[u8]) -> Result<(), SyncBodyError> {
+        let p: Persisted = conveyor_protocol::json::from_slice(body)?;
+        self.reset_to(p)
+    }
+
+    /// The log was cut back (see `Replication::on_truncate`): the heap may point at records
+    /// that are gone; progress is pulled back to the timer queue's new end and the heap is
+    /// rebuilt from it when this broker next runs the timers.
+    pub fn truncated(&self) {
+        let p = self
+            .state
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .persisted();
+        if let Err(e) = self.reset_to(p) {
+            tracing::error!(error = %e, "saving the timer progress after a truncation failed");
+        }
+    }
+
+    /// Replaces the state by `p` pulled back to the timer queue's end, and saves it.
+    fn reset_to(&self, p: Persisted) -> Result<(), SyncBodyError> {
+        let mut state = State::from_persisted(p);
+        state.clamp(self.store.max_offset(TIMER_TOPIC, 0));
+        let saved = state.persisted();
+        *self.state.lock().unwrap_or_else(|e| e.into_inner()) = state;
+        Ok(self.write(&saved)?)
     }
 
     /// Runs the timer delivery loop until `shutdown`.

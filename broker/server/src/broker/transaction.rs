@@ -206,6 +206,26 @@ impl TransactionalMessageService {
         s.half_scanned = s.half_scanned.min(half_queue_end);
     }
 
+    /// The log was cut back (see `Replication::on_truncate`): decisions read from op records
+    /// past the cut are gone, and the new master's half messages reuse those offsets. The
+    /// bookkeeping is rebuilt from the log as it now is, the checkpoint pulled back to the
+    /// half queue's new end.
+    pub fn truncated(&self) {
+        let checkpoint = self
+            .lock()
+            .half_checkpoint
+            .min(self.store.max_offset(TRANS_HALF_TOPIC, 0));
+        *self.lock() = State {
+            half_checkpoint: checkpoint,
+            half_scanned: checkpoint,
+            ..State::default()
+        };
+        self.scan();
+        if let Err(e) = self.write(&self.snapshot()) {
+            tracing::error!(error = %e, "saving the transaction progress after a truncation failed");
+        }
+    }
+
     /// END_TRANSACTION: commit or roll back a half message.
     pub async fn end_transaction(&self, req: &RemotingCommand) -> Reply {
         let h = EndTransactionRequestHeader::parse(req).map_err(bad_header(req))?;

@@ -51,7 +51,12 @@ pub struct Replication {
     pub(super) master_broker: std::sync::Mutex<Option<String>>,
     /// Numbers replication connections, so a slave's old connection is told from its new.
     pub(super) next_connection: AtomicU64,
+    /// Called after the log was cut back (see [`Replication::on_truncate`]).
+    truncation_hooks: std::sync::Mutex<Vec<TruncationHook>>,
 }
+
+/// What runs after a slave cut its log back, before it appends anything after the cut.
+pub type TruncationHook = Box<dyn Fn() + Send + Sync>;
 
 impl std::fmt::Debug for Replication {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -86,6 +91,7 @@ impl Replication {
             master: watch::Sender::new(master),
             master_broker: std::sync::Mutex::new(None),
             next_connection: AtomicU64::new(1),
+            truncation_hooks: std::sync::Mutex::new(Vec::new()),
             config,
         };
         if !repl.config.controller_mode() {
@@ -98,6 +104,31 @@ impl Replication {
             }
         }
         Ok(repl)
+    }
+
+    /// Registers `hook`, called each time this replica's log is cut back to the point it
+    /// shares with a new master (or restarted empty at the master's first segment), before
+    /// the first byte after the cut is appended. Progress kept outside the log (delay, timer
+    /// and transaction services) that went past the cut described records that are gone,
+    /// whose queue offsets the new master's records will reuse: the hook pulls it back while
+    /// the queues still end at the cut.
+    pub fn on_truncate(&self, hook: TruncationHook) {
+        self.truncation_hooks
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(hook);
+    }
+
+    /// Runs the truncation hooks.
+    pub(super) fn truncated(&self) {
+        for hook in self
+            .truncation_hooks
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+        {
+            hook();
+        }
     }
 
     /// Becomes master in `epoch` (blocking: the epoch is written to disk): writes are taken

@@ -65,7 +65,7 @@ pub(super) async fn follow(repl: Arc<Replication>, shutdown: CancellationToken) 
 }
 
 /// One connection to the master.
-async fn session(repl: &Replication, addr: &str) -> Result<(), HaError> {
+async fn session(repl: &Arc<Replication>, addr: &str) -> Result<(), HaError> {
     let silent = repl.config.housekeeping_interval();
     let stream = tokio::time::timeout(silent, TcpStream::connect(addr))
         .await
@@ -123,10 +123,16 @@ async fn session(repl: &Replication, addr: &str) -> Result<(), HaError> {
         }
     }
     let from = {
-        let store = store.clone();
-        tokio::task::spawn_blocking(move || align(&store, min_offset, max_offset, &master_epochs))
-            .await
-            .map_err(|_| HaError::Protocol("aligning the log panicked".into()))??
+        let (store, repl) = (store.clone(), repl.clone());
+        tokio::task::spawn_blocking(move || {
+            let (from, cut) = align(&store, min_offset, max_offset, &master_epochs)?;
+            if cut {
+                repl.truncated();
+            }
+            Ok::<_, HaError>(from)
+        })
+        .await
+        .map_err(|_| HaError::Protocol("aligning the log panicked".into()))??
     };
     write_frame(&mut wr, &Frame::Follow { from }, silent).await?;
     tracing::info!(master = %addr, from, master_end = max_offset, "following the master");
@@ -139,19 +145,21 @@ async fn session(repl: &Replication, addr: &str) -> Result<(), HaError> {
 
 /// Where this slave's log and the master's agree, after making it so: an empty log starts
 /// at the master's first segment; a log that went past the point both share (an earlier
-/// master's unreplicated tail) is cut back to it.
+/// master's unreplicated tail) is cut back to it. Also says whether the log was cut or
+/// restarted.
 fn align(
     store: &MessageStore,
     master_min: u64,
     master_max: u64,
     master_epochs: &conveyor_store::EpochHistory,
-) -> Result<u64, HaError> {
+) -> Result<(u64, bool), HaError> {
     let (min, end) = (store.commit_log_min_offset(), store.commit_log_max_offset());
     if min == end {
-        if end != master_min {
+        let restart = end != master_min;
+        if restart {
             store.start_empty_at(master_min)?;
         }
-        return Ok(master_min);
+        return Ok((master_min, restart));
     }
     let local = store.epochs();
     let Some(cut) = consistent_point(&local, end, master_epochs, master_max) else {
@@ -171,7 +179,7 @@ fn align(
     if cut < end {
         store.truncate_to(cut)?;
     }
-    Ok(cut)
+    Ok((cut, cut < end))
 }
 
 /// Appends what the master sends; publishes the end held after each batch.
