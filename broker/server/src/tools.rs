@@ -186,6 +186,33 @@ struct ReplicaStatus {
     in_sync: bool,
     commit_log_max_offset: Option<u64>,
     lag_bytes: Option<u64>,
+    /// Age of the oldest record the master holds and this replica does not: 0 when caught
+    /// up (RocketMQ reports the byte gap only; seconds are what an alert wants).
+    lag_seconds: Option<f64>,
+}
+
+/// The store time of the record at CommitLog `offset` on the broker at `addr`
+/// (VIEW_MESSAGE_BY_ID), if there is one.
+async fn store_time_at(
+    client: &conveyor_remoting::RemotingClient,
+    addr: &str,
+    offset: u64,
+) -> Option<i64> {
+    let req = conveyor_protocol::command::RemotingCommand::request(
+        conveyor_protocol::code::request_code::VIEW_MESSAGE_BY_ID,
+        Default::default(),
+    )
+    .with_ext("offset", offset);
+    let r = client
+        .invoke_timeout(addr, req, Duration::from_secs(3))
+        .await
+        .ok()?;
+    if r.code != conveyor_protocol::code::response_code::SUCCESS {
+        return None;
+    }
+    conveyor_protocol::message::RecordView::parse(&r.body)
+        .ok()
+        .map(|v| v.store_timestamp())
 }
 
 /// Asks the controller about `group` (`code` GET_REPLICA_INFO or ELECT_MASTER).
@@ -207,11 +234,18 @@ async fn ask_controller(
     conveyor::controller::processor::parse_replica_info(&r).map_err(anyhow::Error::msg)
 }
 
-/// `commitLogMaxOffset` and `brokerRole` of the broker at `addr`, if it answers.
-async fn broker_log_end(
-    client: &conveyor_remoting::RemotingClient,
-    addr: &str,
-) -> Option<(u64, String)> {
+/// What `admin replication` reads of a broker's runtime info.
+struct BrokerView {
+    /// `commitLogMaxOffset`.
+    end: u64,
+    /// `brokerRole`.
+    role: String,
+    /// `slaveAckOffsets` of a master: what each slave acknowledged holding.
+    slave_acks: std::collections::BTreeMap<i64, u64>,
+}
+
+/// The runtime info of the broker at `addr`, if it answers.
+async fn broker_view(client: &conveyor_remoting::RemotingClient, addr: &str) -> Option<BrokerView> {
     let req = conveyor_protocol::command::RemotingCommand::request(
         conveyor_protocol::code::request_code::GET_BROKER_RUNTIME_INFO,
         Default::default(),
@@ -223,7 +257,23 @@ async fn broker_log_end(
     let kv: conveyor_protocol::route::KvTable =
         conveyor_protocol::json::from_slice(&r.body).ok()?;
     let end = kv.table.get("commitLogMaxOffset")?.parse().ok()?;
-    Some((end, kv.table.get("brokerRole").cloned().unwrap_or_default()))
+    let slave_acks = kv
+        .table
+        .get("slaveAckOffsets")
+        .map(|list| {
+            list.split(',')
+                .filter_map(|pair| {
+                    let (id, offset) = pair.split_once(':')?;
+                    Some((id.parse().ok()?, offset.parse().ok()?))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    Some(BrokerView {
+        end,
+        role: kv.table.get("brokerRole").cloned().unwrap_or_default(),
+        slave_acks,
+    })
 }
 
 async fn replication_status(controller: &str, group: &str, output: &str) -> anyhow::Result<()> {
@@ -236,25 +286,57 @@ async fn replication_status(controller: &str, group: &str, output: &str) -> anyh
     .with_ext("brokerName", group);
     let info = ask_controller(&client, controller, req).await?;
     let mut replicas = Vec::new();
+    let mut views = std::collections::BTreeMap::new();
     for (id, member) in &info.members {
-        let seen = broker_log_end(&client, &member.addr).await;
+        let seen = broker_view(&client, &member.addr).await;
         replicas.push(ReplicaStatus {
             broker_id: *id,
             address: member.addr.clone(),
-            role: seen.as_ref().map_or("unreachable".into(), |s| s.1.clone()),
+            role: seen
+                .as_ref()
+                .map_or("unreachable".into(), |s| s.role.clone()),
             in_sync: info.sync_state_set.contains(id),
-            commit_log_max_offset: seen.map(|s| s.0),
+            commit_log_max_offset: seen.as_ref().map(|s| s.end),
             lag_bytes: None,
+            lag_seconds: None,
         });
+        if let Some(view) = seen {
+            views.insert(*id, view);
+        }
     }
-    let master_end = replicas
-        .iter()
-        .find(|r| Some(r.broker_id) == info.master)
-        .and_then(|r| r.commit_log_max_offset);
+    let master = info.master.and_then(|m| {
+        let addr = info.members.get(&m)?.addr.clone();
+        Some((m, addr, views.get(&m)?))
+    });
+    let now = conveyor_protocol::time::now_ms();
     for r in &mut replicas {
-        r.lag_bytes = master_end
-            .zip(r.commit_log_max_offset)
-            .map(|(m, e)| m.saturating_sub(e));
+        let Some((master_id, master_addr, master_view)) = &master else {
+            continue;
+        };
+        let master_end = &master_view.end;
+        // What the master knows this replica holds (it may not answer itself), else what
+        // the replica says.
+        let held = if r.broker_id == *master_id {
+            Some(*master_end)
+        } else {
+            master_view
+                .slave_acks
+                .get(&r.broker_id)
+                .copied()
+                .or(r.commit_log_max_offset)
+        };
+        let Some(end) = held else {
+            continue;
+        };
+        r.lag_bytes = Some(master_end.saturating_sub(end));
+        r.lag_seconds = if end >= *master_end {
+            Some(0.0)
+        } else {
+            // The first record this replica lacks, as the master stored it.
+            store_time_at(&client, master_addr, end)
+                .await
+                .map(|t| (now - t).max(0) as f64 / 1000.0)
+        };
     }
     if output == "json" {
         let doc = serde_json::json!({
@@ -276,19 +358,20 @@ async fn replication_status(controller: &str, group: &str, output: &str) -> anyh
         info.sync_state_set_epoch
     );
     println!(
-        "{:<4} {:<22} {:<13} {:<8} {:>16} {:>12}",
-        "id", "address", "role", "in-sync", "log end", "lag bytes"
+        "{:<4} {:<22} {:<13} {:<8} {:>16} {:>12} {:>10}",
+        "id", "address", "role", "in-sync", "log end", "lag bytes", "lag s"
     );
     let dash = || "-".to_string();
     for r in &replicas {
         println!(
-            "{:<4} {:<22} {:<13} {:<8} {:>16} {:>12}",
+            "{:<4} {:<22} {:<13} {:<8} {:>16} {:>12} {:>10}",
             r.broker_id,
             r.address,
             r.role,
             if r.in_sync { "yes" } else { "no" },
             r.commit_log_max_offset.map_or_else(dash, |o| o.to_string()),
             r.lag_bytes.map_or_else(dash, |o| o.to_string()),
+            r.lag_seconds.map_or_else(dash, |s| format!("{s:.1}")),
         );
     }
     Ok(())

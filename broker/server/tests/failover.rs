@@ -785,6 +785,45 @@ async fn a_controlled_switchover_moves_the_master_without_loss() {
         lost.is_empty(),
         "acknowledged but lost in the switchover: {lost:?}"
     );
+    // A frozen slave falls behind: its lag shows in bytes and in seconds (the age of the
+    // first record it lacks), the master's is 0.
+    cluster.brokers[old].as_ref().unwrap().pause();
+    ledger.send(&cluster, new).await; // stored on the master, never acknowledged
+    let deadline = Instant::now() + DEADLINE;
+    loop {
+        let status: serde_json::Value = serde_json::from_str(&admin(&[
+            "replication",
+            "--controller",
+            &controller,
+            "--group",
+            GROUP,
+            "--output",
+            "json",
+        ]))
+        .unwrap();
+        let replica = |id: usize| {
+            status["replicas"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|r| r["brokerId"] == id as i64)
+                .cloned()
+                .unwrap()
+        };
+        let (master, frozen) = (replica(new), replica(old));
+        assert_eq!(master["lagSeconds"], 0.0, "{status}");
+        assert_eq!(master["lagBytes"], 0, "{status}");
+        // The frozen slave does not answer; the master says what it acknowledged.
+        if frozen["role"] == "unreachable"
+            && frozen["lagBytes"].as_u64() > Some(0)
+            && frozen["lagSeconds"].as_f64() > Some(0.0)
+        {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{status}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    cluster.brokers[old].as_ref().unwrap().resume();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -481,6 +481,16 @@ impl AdminBrokerProcessor {
         );
         put_kv("masterEpoch", repl.epoch().to_string());
         put_kv("confirmOffset", self.store.confirm_offset().to_string());
+        if repl.is_master() {
+            // What each slave acknowledged holding: `id:offset,...` (RocketMQ's haStatus
+            // `slaveAckOffset` per connection).
+            let acks: Vec<String> = repl
+                .slaves()
+                .iter()
+                .map(|s| format!("{}:{}", s.broker_id, s.acked))
+                .collect();
+            put_kv("slaveAckOffsets", acks.join(","));
+        }
         let body =
             json::to_vec(&conveyor_protocol::route::KvTable { table }).map_err(internal(req))?;
         Ok(ok(req).with_body(body))
