@@ -300,6 +300,11 @@ pub fn app_config(role: Role, settings: Settings) -> Result<AppConfig, SettingsE
             .transaction_check_interval_ms
             .unwrap_or(d.transaction_check_interval_ms),
         transaction_check_max: b.transaction_check_max.unwrap_or(d.transaction_check_max),
+        slave_read_enable: b.slave_read_enable.unwrap_or(d.slave_read_enable),
+        access_message_in_memory_max_ratio: b
+            .access_message_in_memory_max_ratio
+            .unwrap_or(d.access_message_in_memory_max_ratio)
+            .min(100),
         replication: ReplicationConfig::default(),
     };
     let broker = BrokerConfig {

@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use common::child::{Broker, Mode};
-use common::{read_queue, send_request, RawConn, DEADLINE};
+use common::{pull_request, read_queue, send_request, RawConn, DEADLINE};
 use conveyor_protocol::code::response_code as resp;
 use tokio::time::Instant;
 
@@ -24,7 +24,11 @@ const TOPIC: &str = "Replicated";
 /// Short heartbeats and timeouts so that failures show within the test's deadlines.
 const REPLICATION: &str = "[replication]\nslave-timeout-ms = 1500\nheartbeat-interval-ms = 200\nhousekeeping-interval-ms = 2000\nmetadata-sync-interval-ms = 200\n";
 
-/// A test directory with a settings file for the given extra settings.
+/// Slaves that serve pulls, so the tests can read what a slave holds.
+const READS: &str = "[broker]\nslave-read-enable = true\n";
+
+/// A test directory with a settings file for the given extra settings (TOML tables, before
+/// the `[store]` and `[replication]` ones).
 struct Node {
     data: PathBuf,
     config: PathBuf,
@@ -38,7 +42,7 @@ fn node(root: &Path, name: &str, settings: &str) -> Node {
     std::fs::write(
         &config,
         format!(
-            "[store]\nsegment-size = 1048576\nmax-message-size = 65536\n{settings}{REPLICATION}"
+            "{settings}[store]\nsegment-size = 1048576\nmax-message-size = 65536\n{REPLICATION}"
         ),
     )
     .unwrap();
@@ -130,8 +134,8 @@ async fn wait_for_queue(addr: &str, want: usize) -> BTreeMap<i64, Vec<u8>> {
 async fn a_sync_master_answers_send_ok_only_once_its_slave_holds_the_message() {
     let tmp = tempfile::tempdir().unwrap();
     let (m, s) = (
-        node(tmp.path(), "master", ""),
-        node(tmp.path(), "slave", ""),
+        node(tmp.path(), "master", READS),
+        node(tmp.path(), "slave", READS),
     );
     let mut master = master(&m, "SYNC_MASTER").await;
     let mut conn = RawConn::connect(&master.broker.to_string()).await;
@@ -224,8 +228,8 @@ async fn a_sync_master_answers_send_ok_only_once_its_slave_holds_the_message() {
 async fn a_fresh_slave_of_a_master_with_history_catches_up_to_a_byte_copy() {
     let tmp = tempfile::tempdir().unwrap();
     let (m, s) = (
-        node(tmp.path(), "master", ""),
-        node(tmp.path(), "slave", ""),
+        node(tmp.path(), "master", READS),
+        node(tmp.path(), "slave", READS),
     );
     let mut master = master(&m, "ASYNC_MASTER").await;
     let mut conn = RawConn::connect(&master.broker.to_string()).await;
@@ -252,7 +256,7 @@ async fn a_fresh_slave_of_a_master_with_history_catches_up_to_a_byte_copy() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_former_master_is_cut_back_to_the_new_masters_term_before_it_follows() {
     let tmp = tempfile::tempdir().unwrap();
-    let (a, b) = (node(tmp.path(), "a", ""), node(tmp.path(), "b", ""));
+    let (a, b) = (node(tmp.path(), "a", READS), node(tmp.path(), "b", READS));
     // A is master of term 1; B copies it.
     let mut a_proc = master(&a, "ASYNC_MASTER").await;
     let mut conn = RawConn::connect(&a_proc.broker.to_string()).await;
@@ -314,5 +318,49 @@ async fn a_former_master_is_cut_back_to_the_new_masters_term_before_it_follows()
             .unwrap()
             .contains("cutting the commit log back"),
         "no truncation logged"
+    );
+}
+
+/// RocketMQ's `slaveReadEnable`: off (the default) a slave refuses pulls with SYSTEM_BUSY and
+/// a master's answers say "read from the master"; on, the slave serves what it holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slave_serves_pulls_only_when_slave_reads_are_on() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (m, closed, open) = (
+        node(tmp.path(), "master", ""),
+        node(tmp.path(), "closed", ""),
+        node(tmp.path(), "open", READS),
+    );
+    let master = master(&m, "ASYNC_MASTER").await;
+    let mut conn = RawConn::connect(&master.broker.to_string()).await;
+    for i in 0..5 {
+        let r = conn.request(send_request(TOPIC, 0, format!("m-{i}"))).await;
+        assert_eq!(r.code, resp::SUCCESS);
+    }
+    let r = conn.request(pull_request("readers", TOPIC, 0, 0)).await;
+    assert_eq!(r.code, resp::SUCCESS);
+    assert_eq!(r.get_i64("suggestWhichBrokerId").unwrap(), 0);
+    let closed = slave(&closed, &master).await;
+    let mut to_closed = RawConn::connect(&closed.broker.to_string()).await;
+    let r = to_closed
+        .request(pull_request("readers", TOPIC, 0, 0))
+        .await;
+    assert_eq!(r.code, resp::SYSTEM_BUSY, "{:?}", r.remark);
+    assert!(
+        r.remark
+            .as_deref()
+            .unwrap_or_default()
+            .contains("slave-read-enable"),
+        "{:?}",
+        r.remark
+    );
+    drop(to_closed);
+    let mut closed = closed;
+    let _ = closed.terminate(DEADLINE).await;
+    let open = slave(&open, &master).await;
+    assert_eq!(
+        wait_for_queue(&open.broker.to_string(), 5).await.len(),
+        5,
+        "a slave with slave reads on serves what it holds"
     );
 }

@@ -106,6 +106,17 @@ section! {
         /// `auto-create-per-second`: auto-creations per second refilled after a burst.
         /// Conveyor only. Default `50`.
         pub auto_create_per_second: f64,
+        /// `slave-read-enable`: a slave serves pulls (`slaveReadEnable`). Off, a slave refuses
+        /// them (SYSTEM_BUSY, as RocketMQ's `rejectRequest`) and every pull answer says "read
+        /// from the master"; on, a master sends a consumer that lags by more than
+        /// `access-message-in-memory-max-ratio` of RAM to its group's
+        /// `whichBrokerWhenConsumeSlowly` replica, and others to the group's `brokerId`, and
+        /// consumers read from a slave while no master exists. Default `false`.
+        pub slave_read_enable: bool,
+        /// `access-message-in-memory-max-ratio`: lag, in percent of the machine's RAM, past
+        /// which a consumer reads from a slave when `slave-read-enable` is on
+        /// (`accessMessageInMemoryMaxRatio`, a store setting in RocketMQ). Default `40`.
+        pub access_message_in_memory_max_ratio: u64,
         /// `register-interval-ms`: period of registration with the name servers
         /// (`registerNameServerPeriod`, clamped to 10–60 s). Default `30000`.
         pub register_interval_ms: u64,

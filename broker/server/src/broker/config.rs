@@ -47,6 +47,10 @@ pub struct BrokerConfig {
     pub transaction_check_interval_ms: u64,
     /// Checks before an undecided half message is discarded (RocketMQ: 15).
     pub transaction_check_max: u32,
+    /// A slave serves pulls, and masters send lagging consumers to slaves.
+    pub slave_read_enable: bool,
+    /// Lag (percent of RAM) past which a consumer is sent to a slave.
+    pub access_message_in_memory_max_ratio: u64,
     /// The role and the `[replication]` settings.
     pub replication: ReplicationConfig,
 }
@@ -72,6 +76,8 @@ impl Default for BrokerConfig {
             transaction_timeout_ms: 6_000,
             transaction_check_interval_ms: 30_000,
             transaction_check_max: 15,
+            slave_read_enable: false,
+            access_message_in_memory_max_ratio: 40,
             replication: ReplicationConfig::default(),
         }
     }

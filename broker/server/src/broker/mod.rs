@@ -314,6 +314,10 @@ impl Broker {
             stats: stats.clone(),
             stopping: stopping.clone(),
             replication: replication.clone(),
+            slave_reads: pull::SlaveReads::new(
+                config.slave_read_enable,
+                config.access_message_in_memory_max_ratio,
+            ),
         });
         let offset_requests = OffsetProcessor::new(store.clone(), topics.clone(), offsets.clone());
         let query = QueryMessageProcessor::new(store.clone());

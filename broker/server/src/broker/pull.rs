@@ -1,7 +1,8 @@
 //! PullMessageProcessor: PULL_MESSAGE (11) and LITE_PULL_MESSAGE (361). Check the group, topic
 //! and subscription, store a piggy-backed offset commit, read from the store with tag filtering
 //! and, when nothing is there yet, hold the request until a message arrives or the client's
-//! suspend timeout passes (docs/protocol.md §6.5).
+//! suspend timeout passes (docs/protocol.md §6.5). Each answer suggests which replica of the
+//! group to read from next (`suggestWhichBrokerId`, [`SlaveReads`]).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -20,7 +21,7 @@ use crate::remoting::Connection;
 
 use super::clients::ClientManager;
 use super::filter::TagFilter;
-use super::groups::SubscriptionGroupManager;
+use super::groups::{SubscriptionGroupConfig, SubscriptionGroupManager};
 use super::hold::PullHold;
 use super::offsets::ConsumerOffsetManager;
 use super::reply::{bad_header, error_response, ok, store_error_response, Reply};
@@ -41,6 +42,49 @@ const DEFAULT_PULL_BYTES: usize = 256 << 10;
 const MAX_PULL_BYTES: usize = 4 << 20;
 /// Longest hold a client may ask for.
 const MAX_SUSPEND: Duration = Duration::from_secs(60);
+
+/// RocketMQ's reads from slaves (`slaveReadEnable`): whether a slave serves pulls, and which
+/// replica a pull answer tells the consumer to read from next.
+#[derive(Debug, Clone, Copy)]
+pub struct SlaveReads {
+    /// `slave-read-enable`.
+    pub enabled: bool,
+    /// A consumer whose last pulled record lies further than this many bytes behind the
+    /// CommitLog's end reads from disk, not memory (`accessMessageInMemoryMaxRatio` of RAM):
+    /// with slave reads on it is sent to a slave.
+    pub in_memory_bytes: u64,
+}
+
+impl SlaveReads {
+    /// `ratio` percent of this machine's RAM (`/proc/meminfo`; unknown RAM never sends a
+    /// consumer to a slave).
+    pub fn new(enabled: bool, ratio: u64) -> Self {
+        let ram = std::fs::read_to_string("/proc/meminfo")
+            .ok()
+            .and_then(|m| {
+                let line = m.lines().find(|l| l.starts_with("MemTotal:"))?;
+                line.split_whitespace().nth(1)?.parse::<u64>().ok()
+            })
+            .map(|kib| kib * 1024);
+        Self {
+            enabled,
+            in_memory_bytes: ram.map_or(u64::MAX, |r| r / 100 * ratio),
+        }
+    }
+
+    /// `suggestWhichBrokerId` for a consumer of `group` whose pull ended `behind` bytes before
+    /// the CommitLog's end: the master (0) unless slave reads are on; then the group's
+    /// `whichBrokerWhenConsumeSlowly` when it reads from disk, else its `brokerId`.
+    pub fn suggest(&self, group: &SubscriptionGroupConfig, behind: u64) -> i64 {
+        if !self.enabled {
+            0
+        } else if behind > self.in_memory_bytes {
+            group.which_broker_when_consume_slowly
+        } else {
+            group.broker_id
+        }
+    }
+}
 
 /// The PULL response code and next offset for a store result (the mapping table of §6.5).
 pub fn pull_code(r: &GetResult, requested: i64) -> (i32, i64) {
@@ -97,6 +141,8 @@ pub struct PullDeps {
     pub stopping: CancellationToken,
     /// The role: only a master stores piggy-backed offset commits.
     pub replication: Arc<Replication>,
+    /// Whether slaves serve pulls, and when consumers are sent to them.
+    pub slave_reads: SlaveReads,
 }
 
 /// PULL_MESSAGE and LITE_PULL_MESSAGE.
@@ -119,6 +165,8 @@ pub struct PullMessageProcessor {
     stopping: CancellationToken,
     /// Only a master stores piggy-backed commits, as in RocketMQ.
     replication: Arc<Replication>,
+    /// Whether slaves serve pulls, and when consumers are sent to them.
+    slave_reads: SlaveReads,
     /// Reads of records not in memory running at once (one per core): many consumers
     /// catching up from the disk then queue here instead of taking every core with page
     /// faults from the producers and the runtime.
@@ -138,6 +186,7 @@ impl PullMessageProcessor {
             stats: deps.stats,
             stopping: deps.stopping,
             replication: deps.replication,
+            slave_reads: deps.slave_reads,
             cold_reads: Arc::new(Semaphore::new(
                 std::thread::available_parallelism().map_or(1, |n| n.get()),
             )),
@@ -146,6 +195,15 @@ impl PullMessageProcessor {
 
     /// Handles PULL_MESSAGE and LITE_PULL_MESSAGE.
     pub async fn handle(&self, conn: &Connection, req: &RemotingCommand) -> Reply {
+        if !self.slave_reads.enabled && !self.replication.is_master() {
+            // RocketMQ's `rejectRequest`: the client retries later, or reads from the master.
+            return Err(error_response(
+                req,
+                resp::SYSTEM_BUSY,
+                "[REJECTREQUEST]system busy: this broker is a slave and slave-read-enable is \
+                 off; read from the master of its group",
+            ));
+        }
         let h = PullMessageHeader::parse(req).map_err(bad_header(req))?;
         let (group, topic, queue_id, offset) = (
             h.consumer_group.as_str(),
@@ -257,9 +315,13 @@ impl PullMessageProcessor {
                     .await
                     .map_err(|e| read_failed(req, topic, queue_id, offset, &e))?;
                 let (code, next) = pull_code(&r, offset);
-                return Ok(self.pull_response(conn, req, code, next, &r).await);
+                return Ok(self
+                    .pull_response(conn, req, &group_cfg, code, next, &r)
+                    .await);
             }
-            return Ok(self.pull_response(conn, req, code, next, &r).await);
+            return Ok(self
+                .pull_response(conn, req, &group_cfg, code, next, &r)
+                .await);
         }
     }
 
@@ -318,12 +380,26 @@ impl PullMessageProcessor {
         &self,
         conn: &Connection,
         req: &RemotingCommand,
+        group: &SubscriptionGroupConfig,
         code: i32,
         next: i64,
         r: &GetResult,
     ) -> RemotingCommand {
+        // How far behind the log's end this pull ended (RocketMQ: from the last record read).
+        let behind = r
+            .messages
+            .last()
+            .and_then(|m| conveyor_protocol::message::RecordView::parse(m).ok())
+            .map_or(0, |v| {
+                self.store
+                    .commit_log_max_offset()
+                    .saturating_sub(v.physical_offset().max(0) as u64)
+            });
         let mut response = ok(req)
-            .with_ext("suggestWhichBrokerId", 0)
+            .with_ext(
+                "suggestWhichBrokerId",
+                self.slave_reads.suggest(group, behind),
+            )
             .with_ext("nextBeginOffset", next)
             .with_ext("minOffset", r.min_offset)
             .with_ext("maxOffset", r.max_offset);
@@ -348,6 +424,31 @@ impl PullMessageProcessor {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pulls_are_sent_to_a_slave_only_when_slave_reads_are_on_and_the_consumer_reads_from_disk() {
+        let group = SubscriptionGroupConfig {
+            which_broker_when_consume_slowly: 2,
+            broker_id: 0,
+            ..SubscriptionGroupConfig::default()
+        };
+        let off = SlaveReads {
+            enabled: false,
+            in_memory_bytes: 1000,
+        };
+        assert_eq!(off.suggest(&group, 5000), 0);
+        let on = SlaveReads {
+            enabled: true,
+            ..off
+        };
+        assert_eq!(on.suggest(&group, 1000), 0);
+        assert_eq!(on.suggest(&group, 1001), 2);
+        let pinned = SubscriptionGroupConfig {
+            broker_id: 1,
+            ..group
+        };
+        assert_eq!(on.suggest(&pinned, 10), 1);
+    }
 
     fn result(status: GetStatus, next: i64) -> GetResult {
         GetResult {
