@@ -6,7 +6,10 @@
 #   3. a fresh slave of that master (its data wiped) catching up: MB/s until its CommitLog end
 #      equals the master's.
 # Both flush modes are run (REPL_FLUSH=async|sync|both, default both). Prints each figure and
-# the ratio sync/none. Not part of tests/all.sh (it measures; tests never assert times).
+# the ratio sync/none. Then the same three measurements of Apache RocketMQ 5.3.3 from Maven
+# Central (ASYNC_MASTER alone; SYNC_MASTER + SLAVE; a fresh SLAVE catching up), with the same
+# client, one JVM per process (-Xms1g -Xmx1g), run after Conveyor's, never beside it
+# (REPL_APACHE=0 skips it; REPL_ONLY=apache measures only Apache RocketMQ). Not part of tests/all.sh (it measures; tests never assert times).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 TARGET="${CARGO_TARGET_DIR:-target}"
@@ -76,8 +79,102 @@ run_mode() { # flush mode
   kill "$slave" "$master"; wait "$slave" "$master" 2>/dev/null || true
 }
 
+# Apache RocketMQ 5.3.3: the same three measurements.
+CACHE="${CONVEYOR_CACHE:-$HOME/.cache/conveyor}"
+apache_cp() {
+  [ -n "${APACHE_CP:-}" ] && return 0
+  mvn -B -q -ntp -f tests/compat/apache/pom.xml -Dmaven.repo.local="$CACHE/m2" dependency:build-classpath \
+    -Dmdep.outputFile="$ROOT/apache.classpath" >&2
+  APACHE_CP="$(cat "$ROOT/apache.classpath")"
+}
+jvm() { # dir main-class args... (background; pid in $!)
+  local d=$1; shift
+  java -Xms1g -Xmx1g -Duser.home="$d/home" -Drocketmq.home.dir="$d/home" -cp "$APACHE_CP" "$@" &
+}
+wait_log() { # file pattern
+  for _ in $(seq 900); do grep -q "$2" "$1" 2>/dev/null && return 0; sleep 0.1; done
+  echo "'$2' not in $1" >&2; tail -n 30 "$1" >&2; exit 1
+}
+apache_end() { # broker port
+  "$BIN" admin broker-status --broker-addr "127.0.0.1:$1" 2>/dev/null | awk '$1 == "commitLogMaxOffset" {print $3}'
+}
+apache_broker() { # dir name port role id flush (background; pid in $!)
+  local d=$1 name=$2 port=$3 role=$4 id=$5 flush=$6
+  mkdir -p "$d/$name/home"
+  cat >"$d/$name.conf" <<EOF
+brokerClusterName=DefaultCluster
+brokerName=broker-a
+brokerId=$id
+brokerRole=$role
+flushDiskType=$flush
+listenPort=$port
+brokerIP1=127.0.0.1
+namesrvAddr=127.0.0.1:29876
+storePathRootDir=$d/$name/store
+storePathCommitLog=$d/$name/store/commitlog
+EOF
+  jvm "$d/$name" org.apache.rocketmq.broker.BrokerStartup -c "$d/$name.conf" >"$d/$name.log" 2>&1
+}
+apache_topic() { # dir
+  java -Xms32m -Xmx256m -Duser.home="$1/home" -cp "$APACHE_CP" org.apache.rocketmq.tools.command.MQAdminStartup \
+    updateTopic -n 127.0.0.1:29876 -c DefaultCluster -t ReplBench -r 8 -w 8 >"$1/topic.log" 2>&1
+  local topics
+  for _ in $(seq 300); do
+    # Captured first: grep -q closing the pipe early would fail the pipeline.
+    topics="$("$BIN" admin topics --namesrv-addr 127.0.0.1:29876 2>/dev/null || true)"
+    grep -Eq '^ReplBench +[^ ]+ +7 ' <<<"$topics" && return 0
+    sleep 0.2
+  done
+  echo "no route for ReplBench" >&2; exit 1
+}
+apache_mode() { # flush mode
+  local flush=$1 dir="$ROOT/apache-$1" disk
+  disk=$([ "$1" = sync ] && echo SYNC_FLUSH || echo ASYNC_FLUSH)
+  rm -rf "$dir" && mkdir -p "$dir/ns/home"
+  echo "listenPort=29876" >"$dir/ns.conf"
+  jvm "$dir/ns" org.apache.rocketmq.namesrv.NamesrvStartup -c "$dir/ns.conf" >"$dir/ns.log" 2>&1
+  PIDS+=($!); local ns=$!
+  wait_log "$dir/ns.log" "boot success"
+  # 1. A lone master.
+  apache_broker "$dir" alone 30911 ASYNC_MASTER 0 "$disk"
+  PIDS+=($!); local alone=$!
+  wait_log "$dir/alone.log" "boot success"
+  apache_topic "$dir"
+  produce "apache-$flush-none"
+  kill "$alone"; wait "$alone" 2>/dev/null || true
+  # 2. A SYNC_MASTER and its slave, on fresh stores.
+  apache_broker "$dir" master 30911 SYNC_MASTER 0 "$disk"
+  PIDS+=($!); local master=$!
+  apache_broker "$dir" slave 31911 SLAVE 1 "$disk"
+  PIDS+=($!); local slave=$!
+  wait_log "$dir/master.log" "boot success"
+  wait_log "$dir/slave.log" "boot success"
+  apache_topic "$dir"
+  produce "apache-$flush-sync"
+  # 3. A fresh slave of what the master now holds.
+  kill "$slave"; wait "$slave" 2>/dev/null || true
+  rm -rf "$dir/slave"
+  local target; target=$(apache_end 30911)
+  local started; started=$(date +%s.%N)
+  apache_broker "$dir" slave 31911 SLAVE 1 "$disk"
+  PIDS+=($!); slave=$!
+  until [ "$(apache_end 31911 || echo 0)" = "$target" ]; do sleep 0.05; done
+  local took; took=$(echo "$(date +%s.%N) - $started" | bc)
+  echo "apache-$flush-catchup: $target bytes in ${took} s = $(echo "$target / $took / 1000000" | bc -l | cut -c1-6) MB/s (includes the slave's JVM start)"
+  local none sync; none=$(rate "apache-$flush-none"); sync=$(rate "apache-$flush-sync")
+  echo "apache-$flush: SYNC_MASTER + slave / lone master = $(echo "$sync / $none" | bc -l | cut -c1-5) ($sync vs $none msgs/s)"
+  kill "$slave" "$master" "$ns"; wait "$slave" "$master" "$ns" 2>/dev/null || true
+}
+
 case "${REPL_FLUSH:-both}" in
-  both) run_mode async; run_mode sync ;;
-  *) run_mode "$REPL_FLUSH" ;;
+  both) modes=(async sync) ;;
+  *) modes=("$REPL_FLUSH") ;;
 esac
+if [ "${REPL_ONLY:-}" != apache ]; then
+  for m in "${modes[@]}"; do run_mode "$m"; done
+fi
+if [ "${REPL_APACHE:-1}" = 1 ]; then
+  apache_cp
+  for m in "${modes[@]}"; do apache_mode "$m"; done
+fi
 rm -rf "$ROOT"

@@ -7,7 +7,9 @@
 # the killed broker comes back as its slave. Afterwards a Java consumer reads everything from
 # offset 0: every key the producer saw SEND_OK for must be there, and no key it never sent.
 # Every fourth cycle the slave is killed first and restarted after the master's kill: what the
-# master stored meanwhile must not have been acknowledged.
+# master stored meanwhile must not have been acknowledged. Last, with the controller stopped (so
+# nobody is promoted) and the master killed, a Java push consumer of a new group reads every
+# acknowledged key from the slave (`slave-read-enable`, RocketMQ's reads from slaves).
 # Prints the unavailability (kill → next SEND_OK) median and max.
 #
 #   tests/compat/failover.sh
@@ -58,6 +60,8 @@ cat >"$WORK/controller.toml" <<'EOF'
 detection-ms = 2000
 EOF
 cat >"$WORK/broker.toml" <<'EOF'
+[broker]
+slave-read-enable = true
 [store]
 flush-mode = "sync"
 segment-size = 16777216
@@ -202,4 +206,25 @@ if lost or unexpected:
     print(f"FAIL failover-ledger: lost {lost[:20]}, unexpected {unexpected[:20]}")
     sys.exit(1)
 print("PASS failover-ledger")
+PY
+
+# Reading from a slave while the group has no master: stop the controller (no promotion), kill
+# the master, and read everything from the slave with a new Java push consumer.
+kill -9 "$(cat "$WORK/controller.pid")"
+kill -9 "$(cat "$WORK/b$master.pid")"
+say "controller and master (b$master) killed; reading from the slave b$((1 - master))"
+java_run drain-push drain-push "$NAMESRV" "$TOPIC" "$WORK/ledger"
+cat "$WORK/drain-push.out" >&2
+python3 - "$WORK/ledger" <<'PY'
+import sys
+d = sys.argv[1]
+read = lambda n: set(open(f"{d}/{n}").read().split())
+ok, seen = read("ok"), read("seen-push")
+missing = sorted(ok - seen)
+print(f"slave read (Java push consumer, no master): {len(seen)} keys read, "
+      f"{len(missing)} acknowledged keys missing")
+if missing:
+    print(f"FAIL slave-read: missing {missing[:20]}")
+    sys.exit(1)
+print("PASS slave-read")
 PY

@@ -139,6 +139,16 @@ pub enum AdminCommand {
         #[arg(long)]
         topic: String,
     },
+    /// One broker's runtime info (GET_BROKER_RUNTIME_INFO, mqadmin's `brokerStatus`): every
+    /// key and value, sorted. Works against Apache RocketMQ brokers too.
+    BrokerStatus {
+        /// The broker, `host:port`.
+        #[arg(long)]
+        broker_addr: String,
+        /// `table` or `json`.
+        #[arg(long, default_value = "table")]
+        output: String,
+    },
     /// A broker group's replication: master, epoch, in-sync set, each replica's log end and
     /// lag behind the master (from the controller and the brokers).
     Replication {
@@ -244,21 +254,33 @@ struct BrokerView {
     slave_acks: std::collections::BTreeMap<i64, u64>,
 }
 
-/// The runtime info of the broker at `addr`, if it answers.
-async fn broker_view(client: &conveyor_remoting::RemotingClient, addr: &str) -> Option<BrokerView> {
+/// The runtime info table of the broker at `addr`.
+async fn runtime_info(
+    client: &conveyor_remoting::RemotingClient,
+    addr: &str,
+) -> anyhow::Result<std::collections::BTreeMap<String, String>> {
     let req = conveyor_protocol::command::RemotingCommand::request(
         conveyor_protocol::code::request_code::GET_BROKER_RUNTIME_INFO,
         Default::default(),
     );
     let r = client
         .invoke_timeout(addr, req, Duration::from_secs(3))
-        .await
-        .ok()?;
-    let kv: conveyor_protocol::route::KvTable =
-        conveyor_protocol::json::from_slice(&r.body).ok()?;
-    let end = kv.table.get("commitLogMaxOffset")?.parse().ok()?;
-    let slave_acks = kv
-        .table
+        .await?;
+    anyhow::ensure!(
+        r.code == conveyor_protocol::code::response_code::SUCCESS,
+        "the broker answered {}: {}",
+        r.code,
+        r.remark.unwrap_or_default()
+    );
+    let kv: conveyor_protocol::route::KvTable = conveyor_protocol::json::from_slice(&r.body)?;
+    Ok(kv.table)
+}
+
+/// The runtime info of the broker at `addr`, if it answers.
+async fn broker_view(client: &conveyor_remoting::RemotingClient, addr: &str) -> Option<BrokerView> {
+    let table = runtime_info(client, addr).await.ok()?;
+    let end = table.get("commitLogMaxOffset")?.parse().ok()?;
+    let slave_acks = table
         .get("slaveAckOffsets")
         .map(|list| {
             list.split(',')
@@ -271,7 +293,7 @@ async fn broker_view(client: &conveyor_remoting::RemotingClient, addr: &str) -> 
         .unwrap_or_default();
     Some(BrokerView {
         end,
-        role: kv.table.get("brokerRole").cloned().unwrap_or_default(),
+        role: table.get("brokerRole").cloned().unwrap_or_default(),
         slave_acks,
     })
 }
@@ -561,6 +583,24 @@ pub async fn admin(cmd: AdminCommand) -> anyhow::Result<()> {
                 "created {topic} with {queues} queues on {}",
                 brokers.join(", ")
             );
+        }
+        AdminCommand::BrokerStatus {
+            broker_addr,
+            output,
+        } => {
+            let client = conveyor_remoting::RemotingClient::new(Default::default());
+            let table = runtime_info(&client, &broker_addr)
+                .await
+                .with_context(|| format!("GET_BROKER_RUNTIME_INFO from {broker_addr}"))?;
+            let sorted = table;
+            if output == "json" {
+                println!("{}", serde_json::to_string_pretty(&sorted)?);
+            } else {
+                let width = sorted.keys().map(String::len).max().unwrap_or(0);
+                for (k, v) in &sorted {
+                    println!("{k:<width$} : {v}");
+                }
+            }
         }
         AdminCommand::Replication {
             controller,
