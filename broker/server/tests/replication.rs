@@ -337,6 +337,7 @@ async fn a_slave_serves_pulls_only_when_slave_reads_are_on() {
         let r = conn.request(send_request(TOPIC, 0, format!("m-{i}"))).await;
         assert_eq!(r.code, resp::SUCCESS);
     }
+    assert_eq!(wait_for_queue(&master.broker.to_string(), 5).await.len(), 5);
     let r = conn.request(pull_request("readers", TOPIC, 0, 0)).await;
     assert_eq!(r.code, resp::SUCCESS);
     assert_eq!(r.get_i64("suggestWhichBrokerId").unwrap(), 0);

@@ -113,18 +113,26 @@ pub enum ControllerError {
 
 impl GroupState {
     /// Records a replica's addresses. A group without members elects its first replica as
-    /// master (epoch 1); returns that election.
-    pub fn register(&mut self, cluster: &str, broker_id: i64, member: Member) -> Option<Election> {
+    /// master (epoch 1, or one past the last epoch in its log: a store that was master before,
+    /// say in classic mode, can only begin a newer term); returns that election.
+    pub fn register(
+        &mut self,
+        cluster: &str,
+        broker_id: i64,
+        member: Member,
+        log_epoch: u32,
+    ) -> Option<Election> {
         self.cluster = cluster.to_string();
         let first = self.members.is_empty() && self.master.is_none() && self.master_epoch == 0;
         self.members.insert(broker_id, member);
-        first.then(|| self.install(broker_id))
+        first.then(|| self.install(broker_id, log_epoch))
     }
 
-    /// Makes `broker_id` master in a new epoch, alone in the in-sync set.
-    fn install(&mut self, broker_id: i64) -> Election {
+    /// Makes `broker_id` master in a new epoch, past the current one and past `seen` (the
+    /// newest epoch a replica's log holds), alone in the in-sync set.
+    fn install(&mut self, broker_id: i64, seen: u32) -> Election {
         self.master = Some(broker_id);
-        self.master_epoch += 1;
+        self.master_epoch = self.master_epoch.max(seen) + 1;
         self.sync_state_set = BTreeSet::from([broker_id]);
         self.sync_state_set_epoch += 1;
         Election {
@@ -184,7 +192,8 @@ impl GroupState {
                 })
                 .ok_or_else(|| ControllerError::MasterNotAvailable("no alive replica".into()))?,
         };
-        Ok(self.install(chosen.broker_id))
+        let seen = candidates.iter().map(|c| c.epoch).max().unwrap_or(0);
+        Ok(self.install(chosen.broker_id, seen))
     }
 
     /// The master asks to change the in-sync set (compare-and-set on both epochs). The master
@@ -260,11 +269,11 @@ mod tests {
     fn group() -> GroupState {
         let mut g = GroupState::default();
         let first = g
-            .register("c", 0, member(0))
+            .register("c", 0, member(0), 0)
             .expect("the first replica is master");
         assert_eq!((first.master, first.master_epoch), (0, 1));
-        assert!(g.register("c", 1, member(1)).is_none());
-        assert!(g.register("c", 2, member(2)).is_none());
+        assert!(g.register("c", 1, member(1), 0).is_none());
+        assert!(g.register("c", 2, member(2), 0).is_none());
         g.alter_sync_state_set(0, 1, 1, BTreeSet::from([0, 1, 2]), |_| true)
             .unwrap();
         g
@@ -298,6 +307,20 @@ mod tests {
             .elect(&[c(1, true, 2, 100), c(2, true, 1, 800)], None, false)
             .unwrap();
         assert_eq!(e.master, 1);
+    }
+
+    #[test]
+    fn a_new_epoch_is_past_every_epoch_a_replica_log_holds() {
+        // A store that was master in classic mode up to epoch 7 joins a new controller.
+        let mut g = GroupState::default();
+        let e = g.register("c", 0, member(0), 7).expect("first master");
+        assert_eq!(e.master_epoch, 8);
+        g.register("c", 1, member(1), 0);
+        g.sync_state_set = BTreeSet::from([0, 1]);
+        let e = g
+            .elect(&[c(0, false, 8, 900), c(1, true, 11, 900)], None, false)
+            .unwrap();
+        assert_eq!((e.master, e.master_epoch), (1, 12));
     }
 
     #[test]

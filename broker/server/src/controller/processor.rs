@@ -126,6 +126,12 @@ impl Controller {
                     header(req, "brokerName")?,
                     number(req, "brokerId")?,
                     member,
+                    // Conveyor: the last epoch of the replica's log (0 when not sent).
+                    req.get_i64_opt("epoch")
+                        .ok()
+                        .flatten()
+                        .unwrap_or(0)
+                        .clamp(0, u32::MAX as i64) as u32,
                     Some(conn.id()),
                 )
             }

@@ -162,11 +162,13 @@ impl Controller {
         group: &str,
         broker_id: i64,
         member: Member,
+        log_epoch: u32,
         connection: Option<ConnectionId>,
     ) -> Result<ReplicaInfo, ServiceError> {
-        self.beat(group, broker_id, 0, 0, connection);
-        let (election, info) =
-            self.change(group, |g| Ok(g.register(cluster, broker_id, member)))?;
+        self.beat(group, broker_id, log_epoch, 0, connection);
+        let (election, info) = self.change(group, |g| {
+            Ok(g.register(cluster, broker_id, member, log_epoch))
+        })?;
         if let Some(e) = election {
             tracing::info!(
                 group,
@@ -401,8 +403,8 @@ mod tests {
             allow_unclean: false,
         };
         let c = Arc::new(Controller::open(config, Box::<MemoryStore>::default()).unwrap());
-        c.register("c", "g", 0, member(0), Some(100)).unwrap();
-        c.register("c", "g", 1, member(1), Some(101)).unwrap();
+        c.register("c", "g", 0, member(0), 0, Some(100)).unwrap();
+        c.register("c", "g", 1, member(1), 0, Some(101)).unwrap();
         let info = c.heartbeat("g", 0, 1, 4096, Some(100)).unwrap();
         c.heartbeat("g", 1, 1, 4096, Some(101)).unwrap();
         c.alter_sync_state_set(

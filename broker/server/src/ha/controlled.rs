@@ -103,6 +103,7 @@ fn register(repl: &Replication) -> RemotingCommand {
         .with_ext("brokerId", repl.broker_id)
         .with_ext("brokerAddress", &repl.config.broker_addr)
         .with_ext("haAddress", &repl.config.advertised_addr)
+        .with_ext("epoch", repl.store.epochs().last_epoch())
 }
 
 fn heartbeat(repl: &Replication) -> RemotingCommand {

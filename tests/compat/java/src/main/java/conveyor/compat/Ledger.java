@@ -139,7 +139,7 @@ public final class Ledger {
             consumer.assign(all);
             for (MessageQueue mq : all) {
                 // A seek asks the master for the queue's bounds; right after the last failover
-                // its first connection can still fail (seen once in CI): retry, as an
+                // its first connection can still fail (seen once here): retry, as an
                 // application would, and say so.
                 for (int attempt = 1; ; attempt++) {
                     try {
