@@ -215,10 +215,19 @@ kill -9 "$(cat "$WORK/b$master.pid")"
 say "controller and master (b$master) killed; reading from the slave b$((1 - master))"
 java_run drain-push drain-push "$NAMESRV" "$TOPIC" "$WORK/ledger"
 cat "$WORK/drain-push.out" >&2
-python3 - "$WORK/ledger" <<'PY'
-import sys
+python3 - "$WORK/ledger" "$WORK/b0/commitlog" "$WORK/b1/commitlog" <<'PY'
+import os, sys
 d = sys.argv[1]
 read = lambda n: set(open(f"{d}/{n}").read().split())
+def log(path):
+    data = b"".join(open(os.path.join(path, f), "rb").read() for f in sorted(os.listdir(path)))
+    return data.rstrip(b"\0")
+a, b = log(sys.argv[2]), log(sys.argv[3])
+shorter = min(len(a), len(b))
+print(f"commit logs: {len(a)} and {len(b)} bytes, identical up to the shorter end: {a[:shorter] == b[:shorter]}")
+if a[:shorter] != b[:shorter]:
+    print("FAIL failover-ledger: the replicas' commit logs differ below the shorter end")
+    sys.exit(1)
 ok, seen = read("ok"), read("seen-push")
 missing = sorted(ok - seen)
 print(f"slave read (Java push consumer, no master): {len(seen)} keys read, "
