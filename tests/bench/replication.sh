@@ -18,7 +18,11 @@ BIN="${REPL_BIN:-$TARGET/release/conveyor}"
 SECS="${REPL_SECS:-15}"
 ROOT="${REPL_DIR:-$(mktemp -d /var/tmp/conveyor-repl.XXXXXX)}"
 PIDS=()
-cleanup() { for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null || true; done; }
+cleanup() {
+  for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null || true; done
+  # The stores are gigabytes: never leave them behind, also when interrupted.
+  [ -n "${REPL_DIR:-}" ] || rm -rf "$ROOT"
+}
 trap cleanup EXIT
 
 wait_ready() { # http port
