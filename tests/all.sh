@@ -4,7 +4,7 @@
 # runs every test: formatting and clippy checks, the Rust workspace (unit, property, crash, torn-tail, full-disk and
 # power-loss tests on tests/faultfs) and
 # the real-client compatibility suite, the failover ledger with the Java client, the Kubernetes
-# operator tests and the container image.
+# operator tests, the container image and the operator on real pods.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CONVEYOR_CACHE="${CONVEYOR_CACHE:-$HOME/.cache/conveyor}"
@@ -67,3 +67,6 @@ suite "failover with the Java client" tests/compat/failover.sh
 suite "Kubernetes operator" tests/k8s/e2e.sh
 # The container image: built from ./Dockerfile with buildah, checked with podman (installed when missing).
 suite "container image" tests/k8s/image.sh
+# Real pods: a one-node cluster (kubelet on containerd, scheduler, controller manager, CoreDNS) running the
+# image just built; the operator's cluster serves a Java producer and consumer, a killed broker restarts.
+suite "Kubernetes operator on real pods" tests/k8s/pods-e2e.sh

@@ -41,6 +41,20 @@ produce() { # label
     --producers 4 --in-flight 32 --duration "$SECS" 2>/dev/null | tee "$ROOT/$1.txt" | sed "s/^/$1: /"
 }
 rate() { grep -o '= [0-9]* msgs/s' "$ROOT/$1.txt" | grep -o '[0-9]*' | head -1; }
+# catch_up LABEL TARGET STARTED NOTE END_CMD...: waits until END_CMD prints TARGET (a fresh
+# slave's CommitLog end reaching the master's), then prints the rate since STARTED.
+catch_up() {
+  local label=$1 target=$2 started=$3 note=$4
+  shift 4
+  until [ "$("$@" 2>/dev/null || echo 0)" = "$target" ]; do sleep 0.05; done
+  local took; took=$(echo "$(date +%s.%N) - $started" | bc)
+  echo "$label-catchup: $target bytes in ${took} s = $(echo "$target / $took / 1000000" | bc -l | cut -c1-6) MB/s ($note)"
+}
+# ratio LABEL: replicated / lone-master throughput of LABEL-sync and LABEL-none.
+ratio() {
+  local none sync; none=$(rate "$1-none"); sync=$(rate "$1-sync")
+  echo "$1: SYNC_MASTER + slave / lone master = $(echo "$sync / $none" | bc -l | cut -c1-5) ($sync vs $none msgs/s)"
+}
 
 run_mode() { # flush mode
   local flush=$1 dir="$ROOT/$1"
@@ -75,11 +89,8 @@ run_mode() { # flush mode
     --listen 127.0.0.1:31911 --replication-listen 127.0.0.1:31912 --http-listen 127.0.0.1:28081 \
     --broker-role SLAVE --broker-id 1 >>"$dir/slave.log" 2>&1 &
   PIDS+=($!); slave=$!
-  until [ "$(log_end 28081 2>/dev/null || echo 0)" = "$target" ]; do sleep 0.05; done
-  local took; took=$(echo "$(date +%s.%N) - $started" | bc)
-  echo "$flush-catchup: $target bytes in ${took} s = $(echo "$target / $took / 1000000" | bc -l | cut -c1-6) MB/s (includes the slave's start)"
-  local none sync; none=$(rate "$flush-none"); sync=$(rate "$flush-sync")
-  echo "$flush: SYNC_MASTER + slave / lone master = $(echo "$sync / $none" | bc -l | cut -c1-5) ($sync vs $none msgs/s)"
+  catch_up "$flush" "$target" "$started" "includes the slave's start" log_end 28081
+  ratio "$flush"
   kill "$slave" "$master"; wait "$slave" "$master" 2>/dev/null || true
 }
 
@@ -162,11 +173,8 @@ apache_mode() { # flush mode
   local started; started=$(date +%s.%N)
   apache_broker "$dir" slave 31911 SLAVE 1 "$disk"
   PIDS+=($!); slave=$!
-  until [ "$(apache_end 31911 || echo 0)" = "$target" ]; do sleep 0.05; done
-  local took; took=$(echo "$(date +%s.%N) - $started" | bc)
-  echo "apache-$flush-catchup: $target bytes in ${took} s = $(echo "$target / $took / 1000000" | bc -l | cut -c1-6) MB/s (includes the slave's JVM start)"
-  local none sync; none=$(rate "apache-$flush-none"); sync=$(rate "apache-$flush-sync")
-  echo "apache-$flush: SYNC_MASTER + slave / lone master = $(echo "$sync / $none" | bc -l | cut -c1-5) ($sync vs $none msgs/s)"
+  catch_up "apache-$flush" "$target" "$started" "includes the slave's JVM start" apache_end 31911
+  ratio "apache-$flush"
   kill "$slave" "$master" "$ns"; wait "$slave" "$master" "$ns" 2>/dev/null || true
 }
 

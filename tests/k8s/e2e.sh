@@ -67,40 +67,13 @@ cleanup() {
   [ -n "${KEEP_E2E_DIR:-}" ] || rm -rf "$D"
 }
 trap cleanup EXIT
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-EC=$(free_port); EP=$(free_port); AP=$(free_port)
-"$KBIN/etcd" --data-dir "$D/etcd" --listen-client-urls "http://127.0.0.1:$EC" --advertise-client-urls "http://127.0.0.1:$EC" \
-  --listen-peer-urls "http://127.0.0.1:$EP" --initial-advertise-peer-urls "http://127.0.0.1:$EP" \
-  --initial-cluster "default=http://127.0.0.1:$EP" > "$D/etcd.log" 2>&1 &
-PIDS+=($!)
-openssl genrsa -out "$D/sa.key" 2048 2>/dev/null && openssl rsa -in "$D/sa.key" -pubout -out "$D/sa.pub" 2>/dev/null
-echo "admin-token,admin,admin,system:masters" > "$D/tokens.csv"
-start_apiserver() {
-  "$KBIN/kube-apiserver" --advertise-address=127.0.0.1 --bind-address=127.0.0.1 --secure-port="$AP" \
-    --etcd-servers="http://127.0.0.1:$EC" --cert-dir="$D/certs" --token-auth-file="$D/tokens.csv" \
-    --authorization-mode=RBAC --service-cluster-ip-range=10.0.0.0/24 --allow-privileged=true \
-    --service-account-issuer="https://127.0.0.1:$AP" --service-account-key-file="$D/sa.pub" \
-    --service-account-signing-key-file="$D/sa.key" --disable-admission-plugins=ServiceAccount \
-    >> "$D/apiserver.log" 2>&1 &
-  APISERVER_PID=$!
-  PIDS+=("$APISERVER_PID")
-  local t0; t0=$(date +%s)
-  until curl -skf -H "Authorization: Bearer admin-token" "https://127.0.0.1:$AP/readyz" >/dev/null 2>&1; do
-    sleep 0.5
-    if [ $(( $(date +%s) - t0 )) -gt 120 ]; then echo "apiserver not ready; log tail:"; tail -20 "$D/apiserver.log"; return 1; fi
-  done
-  echo "  apiserver ready in $(( $(date +%s) - t0 )) s"
-}
-start_apiserver
+source tests/k8s/lib.sh
+AP=$(free_port)
+start_etcd "$D" "$KBIN"
+apiserver_credentials "$D"
+start_apiserver "$D" "$KBIN" "$AP" 127.0.0.1 --authorization-mode=RBAC
 export KUBECONFIG="$D/kubeconfig"
-cat > "$KUBECONFIG" <<EOF
-apiVersion: v1
-kind: Config
-clusters: [{name: e2e, cluster: {server: "https://127.0.0.1:$AP", certificate-authority: "$D/certs/apiserver.crt"}}]
-users: [{name: admin, user: {token: admin-token}}]
-contexts: [{name: e2e, context: {cluster: e2e, user: admin}}]
-current-context: e2e
-EOF
+write_kubeconfig "$KUBECONFIG" "$D" "$AP" e2e
 K() { kubectl --request-timeout=20s "$@"; }
 if [ -x "$KBIN/kube-controller-manager" ]; then
   # Only the garbage collector: it deletes owned objects when their owner goes.
@@ -279,7 +252,7 @@ echo "-- API-server restart"
 DOWN0=$(date +%s)
 kill "$APISERVER_PID"; wait "$APISERVER_PID" 2>/dev/null || true   # graceful stop; can take a minute
 sleep 2
-start_apiserver
+start_apiserver "$D" "$KBIN" "$AP" 127.0.0.1 --authorization-mode=RBAC
 echo "    API server was unavailable for $(( $(date +%s) - DOWN0 )) s (lease duration 15 s)"
 K patch mqc demo --type merge -p '{"spec":{"broker":{"flushMode":"Sync"}}}' >/dev/null
 wait_for 120 "operator reconciles after the restart" cm_has sync

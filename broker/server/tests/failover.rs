@@ -725,6 +725,20 @@ fn admin(args: &[&str]) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
+/// `conveyor admin replication --output json` of the group.
+fn replication_json(controller: &str) -> serde_json::Value {
+    serde_json::from_str(&admin(&[
+        "replication",
+        "--controller",
+        controller,
+        "--group",
+        GROUP,
+        "--output",
+        "json",
+    ]))
+    .unwrap()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_controlled_switchover_moves_the_master_without_loss() {
     let tmp = tempfile::tempdir().unwrap();
@@ -735,16 +749,7 @@ async fn a_controlled_switchover_moves_the_master_without_loss() {
     for _ in 0..50 {
         ledger.send(&cluster, old).await;
     }
-    let status: serde_json::Value = serde_json::from_str(&admin(&[
-        "replication",
-        "--controller",
-        &controller,
-        "--group",
-        GROUP,
-        "--output",
-        "json",
-    ]))
-    .unwrap();
+    let status = replication_json(&controller);
     assert_eq!(status["master"], old as i64, "{status}");
     assert_eq!(
         status["syncStateSet"].as_array().unwrap().len(),
@@ -801,16 +806,7 @@ async fn a_controlled_switchover_moves_the_master_without_loss() {
     ledger.send(&cluster, new).await; // stored on the master, never acknowledged
     let deadline = Instant::now() + DEADLINE;
     loop {
-        let status: serde_json::Value = serde_json::from_str(&admin(&[
-            "replication",
-            "--controller",
-            &controller,
-            "--group",
-            GROUP,
-            "--output",
-            "json",
-        ]))
-        .unwrap();
+        let status = replication_json(&controller);
         let replica = |id: usize| {
             status["replicas"]
                 .as_array()

@@ -1,0 +1,56 @@
+# Shared by tests/k8s/e2e.sh and tests/k8s/pods-e2e.sh (sourced): free ports, etcd, the API
+# server with its credentials, and a kubeconfig for the admin token. Each start appends the
+# process's pid to the caller's PIDS array.
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+# start_etcd DIR KBIN: etcd on two free loopback ports, data in DIR/etcd; sets ETCD_PORT.
+start_etcd() {
+  local d=$1 kbin=$2 peer
+  ETCD_PORT=$(free_port); peer=$(free_port)
+  "$kbin/etcd" --data-dir "$d/etcd" --listen-client-urls "http://127.0.0.1:$ETCD_PORT" \
+    --advertise-client-urls "http://127.0.0.1:$ETCD_PORT" --listen-peer-urls "http://127.0.0.1:$peer" \
+    --initial-advertise-peer-urls "http://127.0.0.1:$peer" --initial-cluster "default=http://127.0.0.1:$peer" \
+    > "$d/etcd.log" 2>&1 &
+  PIDS+=($!)
+}
+
+# apiserver_credentials DIR: a service-account key pair and the static token "admin-token"
+# (system:masters).
+apiserver_credentials() {
+  openssl genrsa -out "$1/sa.key" 2048 2>/dev/null && openssl rsa -in "$1/sa.key" -pubout -out "$1/sa.pub" 2>/dev/null
+  echo "admin-token,admin,admin,system:masters" > "$1/tokens.csv"
+}
+
+# start_apiserver DIR KBIN PORT ADVERTISE [FLAGS...]: kube-apiserver on 127.0.0.1:PORT over the
+# etcd of start_etcd, waits (120 s at most) until /readyz answers; sets APISERVER_PID.
+start_apiserver() {
+  local d=$1 kbin=$2 port=$3 advertise=$4
+  shift 4
+  "$kbin/kube-apiserver" --advertise-address="$advertise" --bind-address=127.0.0.1 --secure-port="$port" \
+    --etcd-servers="http://127.0.0.1:$ETCD_PORT" --cert-dir="$d/certs" --token-auth-file="$d/tokens.csv" \
+    --service-cluster-ip-range=10.0.0.0/24 --allow-privileged=true \
+    --service-account-issuer="https://127.0.0.1:$port" --service-account-key-file="$d/sa.pub" \
+    --service-account-signing-key-file="$d/sa.key" --disable-admission-plugins=ServiceAccount "$@" \
+    >> "$d/apiserver.log" 2>&1 &
+  APISERVER_PID=$!
+  PIDS+=("$APISERVER_PID")
+  local t0; t0=$(date +%s)
+  until curl -skf -H "Authorization: Bearer admin-token" "https://127.0.0.1:$port/readyz" >/dev/null 2>&1; do
+    sleep 0.5
+    if [ $(( $(date +%s) - t0 )) -gt 120 ]; then echo "apiserver not ready; log tail:"; tail -20 "$d/apiserver.log"; return 1; fi
+  done
+  echo "  apiserver ready in $(( $(date +%s) - t0 )) s"
+}
+
+# write_kubeconfig FILE DIR PORT NAME: the admin token's kubeconfig, context NAME.
+write_kubeconfig() {
+  cat > "$1" <<KCFG
+apiVersion: v1
+kind: Config
+clusters: [{name: $4, cluster: {server: "https://127.0.0.1:$3", certificate-authority: "$2/certs/apiserver.crt"}}]
+users: [{name: admin, user: {token: admin-token}}]
+contexts: [{name: $4, context: {cluster: $4, user: admin}}]
+current-context: $4
+KCFG
+}

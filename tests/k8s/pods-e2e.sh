@@ -1,0 +1,306 @@
+#!/usr/bin/env bash
+# The real-pod tier of the operator tests (issue 11): a one-node Kubernetes cluster on this
+# machine, every part real: etcd, kube-apiserver, kube-controller-manager with its default
+# controllers (StatefulSets, PDBs, EndpointSlices, PV binding, garbage collection),
+# kube-scheduler, a kubelet on containerd + runc with a bridge CNI, and CoreDNS for the
+# cluster's names. The Conveyor image built by tests/k8s/image.sh is imported into containerd;
+# broker claims bind to static hostPath PVs. The operator runs on the host against the API
+# server, as in tests/k8s/e2e.sh.
+#
+# Checks: a MessageQueueCluster of 1 name server and 1 group x 2 replicas gets every pod
+# Running and Ready; a Java producer on the host (pod IPs are reachable on the test bridge)
+# sends and a Java consumer receives; a broker container killed with SIGKILL is restarted by
+# the kubelet and is Ready again.
+#
+# Facts and recipe: ../shared/docs/real-pods.md. Pods use 198.18.0.0/24 (RFC 2544's
+# benchmarking range) on a bridge this script creates and removes. Prints its wall time.
+# Needs root (network namespaces, mounts, cgroups); under CI=true anything it cannot run fails.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+ROOT=$PWD
+export CONVEYOR_CACHE="${CONVEYOR_CACHE:-$HOME/.cache/conveyor}"
+T0=$(date +%s)
+PASS=0; FAIL=0
+ok()  { echo "  ok   $*"; PASS=$((PASS+1)); }
+bad() { echo "  FAIL $*"; FAIL=$((FAIL+1)); }
+fatal() { echo "  FAIL $*"; echo "== pods: $PASS passed, $((FAIL+1)) failed"; exit 1; }
+
+if [ "$(id -u)" != 0 ]; then
+  if [ "${CI:-}" = true ]; then fatal "the real-pod tier needs root"; fi
+  echo "  SKIP real pods: not root (containers, network namespaces and cgroups need it)"; exit 0
+fi
+
+echo "== real pods: packages"
+missing=()
+for t in containerd runc busybox; do command -v "$t" >/dev/null || missing+=("$t"); done
+[ -x /usr/lib/cni/bridge ] || missing+=(containernetworking-plugins)
+if ((${#missing[@]})); then
+  pk=()
+  for t in "${missing[@]}"; do
+    case $t in busybox) pk+=(busybox-static) ;; *) pk+=("$t") ;; esac
+  done
+  echo "  installing ${pk[*]} (Debian packages)"
+  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${pk[@]}"; } \
+    >"$CONVEYOR_CACHE/apt-pods.log" 2>&1 || fatal "could not install ${pk[*]} (see $CONVEYOR_CACHE/apt-pods.log)"
+fi
+
+echo "== real pods: binaries and images"
+TOOLS=$(tests/k8s/install-tools.sh)
+export PATH="$TOOLS:$PATH"
+KBIN=$(tests/k8s/build-node.sh)
+cargo build -q -p conveyor-operator
+OPERATOR="${CARGO_TARGET_DIR:-$ROOT/target}/debug/conveyor-operator"
+IMAGE=localhost/conveyor:0.1.0
+S=(--storage-driver vfs)
+podman "${S[@]}" image exists "$IMAGE" || bash tests/k8s/image.sh >/dev/null || fatal "image build (tests/k8s/image.sh)"
+
+D=$(mktemp -d /tmp/conveyor-pods.XXXXXX)
+NET=198.18.0
+BR=cvpods0
+PIDS=()
+cleanup() {
+  set +e
+  disown -a # no job reports for what is killed below
+  # Newest first: the operator and the kubelet (which would restart containers) go before
+  # the control plane and containerd.
+  for ((i = ${#PIDS[@]} - 1; i >= 0; i--)); do kill "${PIDS[i]}" 2>/dev/null; done
+  sleep 1
+  for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null; done
+  # The containers' processes (everything in the pods' cgroups), then their shims.
+  find /sys/fs/cgroup/*/kubepods -name cgroup.procs -exec cat {} + 2>/dev/null | sort -u | xargs -r kill -9 2>/dev/null
+  pkill -9 -f "containerd-shim-runc-v2 .*-address $D/" 2>/dev/null
+  sleep 1
+  grep " $D/" /proc/mounts | awk '{print $2}' | sort -r | xargs -r -n1 umount -l 2>/dev/null
+  for n in $(ip netns list 2>/dev/null | awk '{print $1}' | grep '^cni-'); do ip netns del "$n" 2>/dev/null; done
+  ip link del "$BR" 2>/dev/null
+  for c in /sys/fs/cgroup/*/; do
+    find "$c" -depth -type d \( -path '*kubepods*' -o -path '*k8s.io*' \) -exec rmdir {} \; 2>/dev/null
+  done
+  [ -n "${KEEP_PODS_DIR:-}" ] && echo "  kept $D" || rm -rf "$D"
+}
+trap cleanup EXIT
+
+# The pause image (the sandbox's init) and the Conveyor image into containerd's CRI namespace.
+cat > "$D/pause.c" <<'EOF'
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+static void stop(int s) { (void)s; _exit(0); }
+static void reap(int s) { (void)s; while (waitpid(-1, 0, WNOHANG) > 0) {} }
+int main(void) {
+  signal(SIGINT, stop); signal(SIGTERM, stop); signal(SIGCHLD, reap);
+  for (;;) pause();
+}
+EOF
+mkdir -p "$D/pause-root"
+gcc -O2 -static -o "$D/pause-root/pause" "$D/pause.c"
+c=$(buildah "${S[@]}" from scratch)
+buildah "${S[@]}" copy "$c" "$D/pause-root/pause" /pause >/dev/null
+buildah "${S[@]}" config --entrypoint '["/pause"]' "$c"
+buildah "${S[@]}" commit -q "$c" localhost/pause:pods >/dev/null
+buildah "${S[@]}" rm "$c" >/dev/null
+buildah "${S[@]}" push -q localhost/pause:pods "docker-archive:$D/pause.tar:localhost/pause:pods"
+podman "${S[@]}" save -q --format docker-archive -o "$D/conveyor.tar" "$IMAGE"
+
+echo "== real pods: cluster"
+ip link add "$BR" type bridge
+ip addr add "$NET.1/24" dev "$BR"
+ip link set "$BR" up
+mkdir -p "$D/containerd/root" "$D/containerd/state" "$D/cni/net.d" "$D/cni/ipam"
+cat > "$D/containerd/config.toml" <<EOF
+version = 2
+root = "$D/containerd/root"
+state = "$D/containerd/state"
+[grpc]
+  address = "$D/containerd/containerd.sock"
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "localhost/pause:pods"
+  # No CAP_SYS_RESOURCE here: negative oom_score_adj is refused (real-pods.md §2).
+  restrict_oom_score_adj = true
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "overlayfs"
+    default_runtime_name = "runc"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        SystemdCgroup = false
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "/usr/lib/cni"
+    conf_dir = "$D/cni/net.d"
+EOF
+cat > "$D/cni/net.d/10-pods.conflist" <<EOF
+{"cniVersion":"0.4.0","name":"conveyor-pods","plugins":[
+ {"type":"bridge","bridge":"$BR","isGateway":true,"ipMasq":false,"hairpinMode":true,
+  "ipam":{"type":"host-local","ranges":[[{"subnet":"$NET.0/24","rangeStart":"$NET.10"}]],
+          "routes":[{"dst":"0.0.0.0/0"}],"dataDir":"$D/cni/ipam"}},
+ {"type":"portmap","capabilities":{"portMappings":true}}]}
+EOF
+containerd --config "$D/containerd/config.toml" > "$D/containerd.log" 2>&1 &
+PIDS+=($!)
+SOCK="$D/containerd/containerd.sock"
+for _ in $(seq 100); do [ -S "$SOCK" ] && ctr -a "$SOCK" version >/dev/null 2>&1 && break; sleep 0.1; done
+ctr -a "$SOCK" -n k8s.io images import "$D/pause.tar" >/dev/null
+ctr -a "$SOCK" -n k8s.io images import "$D/conveyor.tar" >/dev/null
+ok "containerd up, pause and Conveyor images imported"
+
+source tests/k8s/lib.sh
+AP=$(free_port)
+start_etcd "$D" "$KBIN"
+apiserver_credentials "$D"
+start_apiserver "$D" "$KBIN" "$AP" "$NET.1" --authorization-mode=Node,RBAC || fatal "apiserver not ready"
+export KUBECONFIG="$D/kubeconfig"
+write_kubeconfig "$KUBECONFIG" "$D" "$AP" pods
+K() { kubectl --request-timeout=20s "$@"; }
+"$KBIN/kube-controller-manager" --kubeconfig="$KUBECONFIG" --controllers='*' --leader-elect=false \
+  --bind-address=127.0.0.1 --secure-port=0 --use-service-account-credentials=false \
+  --service-account-private-key-file="$D/sa.key" --root-ca-file="$D/certs/apiserver.crt" \
+  > "$D/kcm.log" 2>&1 &
+PIDS+=($!)
+"$KBIN/kube-scheduler" --kubeconfig="$KUBECONFIG" --leader-elect=false --bind-address=127.0.0.1 --secure-port=0 \
+  > "$D/scheduler.log" 2>&1 &
+PIDS+=($!)
+cat > "$D/Corefile" <<EOF
+.:53 {
+    bind $NET.1
+    errors
+    kubernetes cluster.local {
+        kubeconfig $KUBECONFIG pods
+    }
+}
+EOF
+"$KBIN/coredns" -conf "$D/Corefile" > "$D/coredns.log" 2>&1 &
+PIDS+=($!)
+mkdir -p "$D/kubelet"
+cat > "$D/kubelet.yaml" <<EOF
+apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+failCgroupV1: false
+cgroupDriver: cgroupfs
+containerRuntimeEndpoint: unix://$SOCK
+address: $NET.1
+port: $(free_port)
+healthzBindAddress: 127.0.0.1
+healthzPort: $(free_port)
+readOnlyPort: 0
+authentication: {anonymous: {enabled: true}, webhook: {enabled: false}}
+authorization: {mode: AlwaysAllow}
+clusterDNS: [$NET.1]
+clusterDomain: cluster.local
+oomScoreAdj: 0
+failSwapOn: false
+imageGCHighThresholdPercent: 100
+evictionHard: {memory.available: 100Mi, nodefs.available: "1%", imagefs.available: "1%", nodefs.inodesFree: "1%"}
+EOF
+"$KBIN/kubelet" --config="$D/kubelet.yaml" --kubeconfig="$KUBECONFIG" --root-dir="$D/kubelet" \
+  --node-ip="$NET.1" --hostname-override=pods-node-0 > "$D/kubelet.log" 2>&1 &
+PIDS+=($!)
+
+wait_for() { # wait_for SECONDS DESCRIPTION COMMAND...
+  local t=$1 what=$2; shift 2
+  local t0; t0=$(date +%s)
+  until "$@" >/dev/null 2>&1; do
+    if [ $(( $(date +%s) - t0 )) -ge "$t" ]; then bad "$what (timed out after ${t}s)"; return 1; fi
+    sleep 1
+  done
+  ok "$what ($(( $(date +%s) - t0 )) s)"
+}
+node_ready() { [ "$(K get node pods-node-0 -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}')" = True ]; }
+wait_for 120 "node pods-node-0 Ready (kubelet on containerd)" node_ready || {
+  tail -30 "$D/kubelet.log"; fatal "no Ready node"; }
+
+# Static PVs for the broker claims (one per replica), owned by the image's user.
+for i in 0 1 2 3; do
+  mkdir -p "$D/pv/$i" && chown 10001:10001 "$D/pv/$i"
+  cat <<EOF
+---
+apiVersion: v1
+kind: PersistentVolume
+metadata: {name: pods-pv-$i}
+spec:
+  capacity: {storage: 2Gi}
+  accessModes: [ReadWriteOnce]
+  persistentVolumeReclaimPolicy: Delete
+  storageClassName: ""
+  hostPath: {path: $D/pv/$i, type: Directory}
+EOF
+done > "$D/pvs.yaml"
+K apply -f "$D/pvs.yaml" >/dev/null && ok "static hostPath PVs created"
+
+echo "== real pods: the operator and a cluster"
+K apply --server-side -f crds/ >/dev/null
+K wait --for=condition=Established crd/messagequeueclusters.conveyor.dev --timeout=30s >/dev/null
+"$OPERATOR" run --lease-namespace default --identity pods-operator > "$D/operator.log" 2>&1 &
+PIDS+=($!)
+cat > "$D/mqc.yaml" <<EOF
+apiVersion: conveyor.dev/v1alpha1
+kind: MessageQueueCluster
+metadata: {name: pods, namespace: default}
+spec:
+  image: $IMAGE
+  imagePullPolicy: IfNotPresent
+  nameServer:
+    replicas: 1
+    resources: {requests: {cpu: 50m, memory: 64Mi}, limits: {memory: 256Mi}}
+  broker:
+    groups: 1
+    replicasPerGroup: 2
+    flushMode: Async
+    replicationMode: Async
+    storage: {size: 1Gi}
+    resources: {requests: {cpu: 50m, memory: 64Mi}, limits: {memory: 1Gi}}
+    config:
+      store.segment-size: "67108864"
+EOF
+K apply -f "$D/mqc.yaml" >/dev/null
+pods_ready() {
+  local want=3 n
+  n=$(K get pods -l app.kubernetes.io/instance=pods -o jsonpath='{range .items[*]}{.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}' | grep -c True)
+  [ "$n" = "$want" ]
+}
+if ! wait_for 300 "3 pods Running and Ready (name server, master, slave)" pods_ready; then
+  K get pods -o wide || true
+  K describe pods | tail -40 || true
+  tail -20 "$D/kubelet.log"
+fi
+K get pods -o wide | sed 's/^/    /'
+mqc_ready() { [ "$(K get mqc pods -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}')" = True ]; }
+wait_for 120 "MessageQueueCluster Ready=True" mqc_ready
+
+echo "== real pods: a Java client on the host"
+"$ROOT/tests/compat/fetch.sh" >/dev/null 2>&1 || true
+NS_IP=$(K get pod pods-namesrv-0 -o jsonpath='{.status.podIP}')
+CP="$(cat "$CONVEYOR_CACHE/compat/java-rmq5.classpath" 2>/dev/null || true)"
+if [ -n "$CP" ] && [ -n "$NS_IP" ]; then
+  mkdir -p "$D/ledger" "$D/java"
+  java_run() {
+    java -Xms64m -Xmx512m -Drocketmq.client.logRoot="$D/java" -Duser.home="$D/java" \
+      -cp "$CP" conveyor.compat.Ledger "$@"
+  }
+  (java_run produce "$NS_IP:9876" PodsTopic "$D/ledger" > "$D/producer.out" 2>"$D/producer.log") &
+  PRODUCER=$!
+  acked() { [ "$(wc -l < "$D/ledger/ok" 2>/dev/null || echo 0)" -ge 200 ]; }
+  wait_for 120 "the Java producer got 200 SEND_OK from the broker pods" acked
+  # A broker container killed with SIGKILL: the kubelet restarts it.
+  master=$(K get pod pods-broker-0-0 -o jsonpath='{.status.containerStatuses[0].containerID}' | sed 's#.*//##')
+  restarts0=$(K get pod pods-broker-0-0 -o jsonpath='{.status.containerStatuses[0].restartCount}')
+  pid=$(ctr -a "$SOCK" -n k8s.io task ls | awk -v id="$master" '$1 == id {print $2}')
+  if [ -n "$pid" ]; then
+    kill -9 "$pid"
+    restarted() {
+      [ "$(K get pod pods-broker-0-0 -o jsonpath='{.status.containerStatuses[0].restartCount}')" -gt "$restarts0" ] &&
+        [ "$(K get pod pods-broker-0-0 -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}')" = True ]
+    }
+    wait_for 180 "the broker container killed with SIGKILL is restarted by the kubelet and Ready again" restarted
+  else bad "no task for the master container $master"; fi
+  base=$(wc -l < "$D/ledger/ok")
+  more() { [ "$(wc -l < "$D/ledger/ok")" -ge $((base + 200)) ]; }
+  wait_for 120 "the producer goes on after the restart (200 more SEND_OK)" more
+  touch "$D/ledger/stop"; wait "$PRODUCER" || true
+  java_run drain "$NS_IP:9876" PodsTopic "$D/ledger" > "$D/drain.out" 2>"$D/drain.log" || true
+  missing=$(comm -23 <(sort -u "$D/ledger/ok") <(sort -u "$D/ledger/seen" 2>/dev/null) | wc -l)
+  if [ "$missing" = 0 ]; then ok "a Java consumer received every SEND_OK message ($(wc -l < "$D/ledger/ok"))"
+  else bad "$missing SEND_OK messages not received"; fi
+else bad "no Java client classpath or name-server pod IP"; fi
+
+echo "== pods: $PASS passed, $FAIL failed; wall time $(( $(date +%s) - T0 )) s (logs in $D, kept with KEEP_PODS_DIR=1)"
+[ "$FAIL" = 0 ]
