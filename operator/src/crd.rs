@@ -206,6 +206,19 @@ pub struct Placement {
     pub topology_spread_constraints: Vec<TopologySpreadConstraint>,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub node_selector: BTreeMap<String, String>,
+    /// Rack awareness (Strimzi's `rack`): a group's replicas go only to nodes with this label
+    /// and prefer different values of it (zones). Without it they still prefer different
+    /// nodes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rack: Option<Rack>,
+}
+
+/// Which node label names a node's rack or zone.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Rack {
+    /// The node label, e.g. `topology.kubernetes.io/zone`.
+    pub topology_key: String,
 }
 
 impl Placement {
@@ -215,6 +228,7 @@ impl Placement {
             && self.tolerations.is_empty()
             && self.topology_spread_constraints.is_empty()
             && self.node_selector.is_empty()
+            && self.rack.is_none()
     }
 }
 

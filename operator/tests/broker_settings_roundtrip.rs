@@ -147,6 +147,10 @@ fn expected(mqc: &MessageQueueCluster, group: i32, ordinal: i32, pod_ip: &str) -
             .unwrap_or(d.transaction_check_interval_ms),
         transaction_check_max: num("broker.transaction-check-max")
             .map_or(d.transaction_check_max, |v| v as u32),
+        slave_read_enable: o("broker.slave-read-enable")
+            .map_or(d.slave_read_enable, |v| v == "true"),
+        access_message_in_memory_max_ratio: num("broker.access-message-in-memory-max-ratio")
+            .unwrap_or(d.access_message_in_memory_max_ratio),
         replication: {
             let role = match (ordinal, spec.replication_mode) {
                 (0, ReplicationMode::Sync) => conveyor_settings::BrokerRole::SyncMaster,

@@ -185,7 +185,7 @@ pub fn broker_statefulset(
                         ..Default::default()
                     }]),
                     termination_grace_period_seconds: Some(60),
-                    ..common_pod_spec(spec)
+                    ..common_pod_spec(spec, &selector_labels(mqc, Component::Broker, Some(group)))
                 }),
             },
             volume_claim_templates: Some(vec![claim]),

@@ -145,8 +145,12 @@ pub(super) fn field_env(name: &str, path: &str) -> EnvVar {
     }
 }
 
-/// Pod settings shared by name-server and broker pods: pull secrets, security, placement.
-pub(super) fn common_pod_spec(spec: &crate::crd::MessageQueueClusterSpec) -> PodSpec {
+/// Pod settings shared by name-server and broker pods: pull secrets, security, placement
+/// (kept apart from the pods `peers` selects: see `placement`).
+pub(super) fn common_pod_spec(
+    spec: &crate::crd::MessageQueueClusterSpec,
+    peers: &BTreeMap<String, String>,
+) -> PodSpec {
     fn unless_empty<T: Clone>(v: &[T]) -> Option<Vec<T>> {
         (!v.is_empty()).then(|| v.to_vec())
     }
@@ -155,7 +159,7 @@ pub(super) fn common_pod_spec(spec: &crate::crd::MessageQueueClusterSpec) -> Pod
         image_pull_secrets: unless_empty(&spec.image_pull_secrets),
         security_context: Some(pod_security()),
         automount_service_account_token: Some(false),
-        affinity: placement.affinity.clone(),
+        affinity: Some(super::placement::spread_affinity(placement, peers)),
         tolerations: unless_empty(&placement.tolerations),
         topology_spread_constraints: unless_empty(&placement.topology_spread_constraints),
         node_selector: (!placement.node_selector.is_empty())

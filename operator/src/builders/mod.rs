@@ -5,6 +5,7 @@ mod broker;
 mod common;
 mod config;
 mod nameserver;
+mod placement;
 
 pub use broker::{broker_config_map, broker_headless_service, broker_pdb, broker_statefulset};
 pub use config::{broker_settings, render_broker_toml, BrokerRole, ConfigError};
@@ -18,6 +19,7 @@ pub use common::{
     CONFIG_DIR, CONFIG_HASH_ANNOTATION, CONVEYOR_BIN, DATA_DIR, GROUP_LABEL, HTTP_PORT,
     NAMESRV_PORT, RUN_AS_USER,
 };
+pub use placement::{spread_affinity, HOSTNAME_KEY};
 
 #[cfg(test)]
 pub(crate) mod tests;

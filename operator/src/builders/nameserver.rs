@@ -141,7 +141,7 @@ pub fn name_server_statefulset(mqc: &MessageQueueCluster) -> StatefulSet {
                 spec: Some(PodSpec {
                     containers: vec![container],
                     termination_grace_period_seconds: Some(30),
-                    ..common_pod_spec(spec)
+                    ..common_pod_spec(spec, &selector_labels(mqc, Component::NameServer, None))
                 }),
             },
             ..Default::default()

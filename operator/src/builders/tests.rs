@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
-    Affinity, NodeAffinity, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm,
+    Affinity, NodeAffinity, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, PodSpec,
     ResourceRequirements, Toleration, TopologySpreadConstraint,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -11,7 +11,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use super::*;
 use crate::crd::{
     BrokerSpec, FlushMode, MessageQueueCluster, MessageQueueClusterSpec, NameServerSpec, Placement,
-    ReplicationMode, ServiceExposure, ServiceType, StorageSpec,
+    Rack, ReplicationMode, ServiceExposure, ServiceType, StorageSpec,
 };
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
@@ -294,6 +294,7 @@ fn placement_passes_through_to_every_pod() {
             ..Default::default()
         }],
         node_selector: [("pool".to_string(), "mq".to_string())].into(),
+        rack: None,
     };
     let cm = broker_config_map(&mqc, 0).unwrap();
     for pod in [
@@ -310,7 +311,9 @@ fn placement_passes_through_to_every_pod() {
             .spec
             .unwrap(),
     ] {
-        assert_eq!(pod.affinity, mqc.spec.placement.affinity);
+        let affinity = pod.affinity.unwrap();
+        let user = mqc.spec.placement.affinity.clone().unwrap();
+        assert_eq!(affinity.node_affinity, user.node_affinity);
         assert_eq!(pod.tolerations.unwrap(), mqc.spec.placement.tolerations);
         assert_eq!(
             pod.topology_spread_constraints.unwrap(),
@@ -318,6 +321,88 @@ fn placement_passes_through_to_every_pod() {
         );
         assert_eq!(pod.node_selector.unwrap(), mqc.spec.placement.node_selector);
     }
+}
+
+/// The preferred anti-affinity terms of a pod spec: (topology key, selected labels).
+fn spread_terms(pod: &PodSpec) -> Vec<(String, BTreeMap<String, String>)> {
+    pod.affinity
+        .as_ref()
+        .and_then(|a| a.pod_anti_affinity.as_ref())
+        .and_then(|a| {
+            a.preferred_during_scheduling_ignored_during_execution
+                .clone()
+        })
+        .unwrap_or_default()
+        .into_iter()
+        .map(|t| {
+            (
+                t.pod_affinity_term.topology_key,
+                t.pod_affinity_term
+                    .label_selector
+                    .and_then(|s| s.match_labels)
+                    .unwrap_or_default(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn a_groups_replicas_prefer_different_nodes_and_with_rack_awareness_different_zones() {
+    let mut mqc = cluster(2, 2);
+    let cm = broker_config_map(&mqc, 1).unwrap();
+    let pod = |mqc: &MessageQueueCluster| {
+        broker_statefulset(mqc, 1, &cm)
+            .spec
+            .unwrap()
+            .template
+            .spec
+            .unwrap()
+    };
+    let peers = selector_labels(&mqc, Component::Broker, Some(1));
+    assert_eq!(
+        spread_terms(&pod(&mqc)),
+        vec![("kubernetes.io/hostname".to_string(), peers.clone())],
+        "only the replicas of group 1 repel each other"
+    );
+    let ns = name_server_statefulset(&mqc)
+        .spec
+        .unwrap()
+        .template
+        .spec
+        .unwrap();
+    assert_eq!(
+        spread_terms(&ns),
+        vec![(
+            "kubernetes.io/hostname".to_string(),
+            selector_labels(&mqc, Component::NameServer, None)
+        )]
+    );
+    mqc.spec.placement.rack = Some(Rack {
+        topology_key: "topology.kubernetes.io/zone".into(),
+    });
+    let racked = pod(&mqc);
+    assert_eq!(
+        spread_terms(&racked),
+        vec![
+            ("kubernetes.io/hostname".to_string(), peers.clone()),
+            ("topology.kubernetes.io/zone".to_string(), peers)
+        ]
+    );
+    let terms = racked
+        .affinity
+        .unwrap()
+        .node_affinity
+        .unwrap()
+        .required_during_scheduling_ignored_during_execution
+        .unwrap()
+        .node_selector_terms;
+    assert_eq!(terms.len(), 1);
+    let exprs = terms[0].match_expressions.clone().unwrap();
+    assert_eq!(
+        (exprs[0].key.as_str(), exprs[0].operator.as_str()),
+        ("topology.kubernetes.io/zone", "Exists"),
+        "only nodes that say which zone they are in"
+    );
 }
 
 #[test]
