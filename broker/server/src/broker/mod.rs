@@ -270,15 +270,29 @@ impl Broker {
         )?);
         {
             // A log cut back to a new master's term: nothing kept outside it may point past
-            // the cut, where the new master's records reuse the queue offsets.
-            let (store, offsets) = (store.clone(), offsets.clone());
-            let (schedule, timer, transactions) =
-                (schedule.clone(), timer.clone(), transactions.clone());
+            // the cut, where the new master's records reuse the queue offsets. Weak: the
+            // services hold the replication (through their durability), which holds this hook;
+            // strong references would keep the store open after the broker stops.
+            let (store, offsets) = (Arc::downgrade(&store), Arc::downgrade(&offsets));
+            let (schedule, timer, transactions) = (
+                Arc::downgrade(&schedule),
+                Arc::downgrade(&timer),
+                Arc::downgrade(&transactions),
+            );
             replication.on_truncate(Box::new(move || {
-                offsets.clamp_to_queue_ends(|topic, queue_id| store.max_offset(topic, queue_id));
-                schedule.truncated();
-                timer.truncated();
-                transactions.truncated();
+                if let (Some(store), Some(offsets)) = (store.upgrade(), offsets.upgrade()) {
+                    offsets
+                        .clamp_to_queue_ends(|topic, queue_id| store.max_offset(topic, queue_id));
+                }
+                if let Some(schedule) = schedule.upgrade() {
+                    schedule.truncated();
+                }
+                if let Some(timer) = timer.upgrade() {
+                    timer.truncated();
+                }
+                if let Some(transactions) = transactions.upgrade() {
+                    transactions.truncated();
+                }
             }));
         }
         let stopping = CancellationToken::new();
