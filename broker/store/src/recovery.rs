@@ -49,7 +49,7 @@ pub(crate) fn recover(core: &StoreCore, unclean: bool, started: Instant) -> Resu
     scan_from = scan_from.max(log.min_offset());
     let require_crc = core.config.require_record_crc;
     let quarantine = core.config.root.join("quarantine");
-    let recovered = log.recover(scan_from, require_crc, &quarantine, |_, _| {})?;
+    let mut recovered = log.recover(scan_from, require_crc, &quarantine, |_, _| {})?;
     let end = recovered.valid_end;
     // Where re-dispatch starts: the scanned segment, or earlier where a damaged queue lost
     // entries whose records lie before it.
@@ -80,13 +80,29 @@ pub(crate) fn recover(core: &StoreCore, unclean: bool, started: Instant) -> Resu
     // ConsumeQueues: re-dispatch the verified tail. `scan_from` is a segment start, so the walk
     // starts on a record boundary; it must reach the end, or records would miss their queue
     // while new messages reused their queue offsets.
-    let reached = dispatch::walk(core, redispatch_from, end, |phys, view| {
-        let targets = Targets {
-            consume_queue: true,
-            index: false,
-        };
-        dispatch::dispatch_record(core, phys, view, targets)
-    })?;
+    let redispatch = |from: u64| {
+        dispatch::walk(core, from, end, |phys, view| {
+            let targets = Targets {
+                consume_queue: true,
+                index: false,
+            };
+            dispatch::dispatch_record(core, phys, view, targets)
+        })
+    };
+    let mut reached = redispatch(redispatch_from)?;
+    if reached < end && reached < scan_from {
+        // A damaged queue sent the walk back before the verified part of the log, and it met
+        // a record that does not parse there (a segment cut or damaged after its flush was
+        // checkpointed). Verify the log from that segment on, as for the scanned part: the
+        // damaged bytes are marked and quarantined and the records after them kept; then the
+        // walk goes on past them.
+        let again = log.recover(reached - reached % seg, require_crc, &quarantine, |_, _| {})?;
+        if again.valid_end == end {
+            recovered.scanned += again.scanned;
+            recovered.damaged.extend(again.damaged);
+            reached = redispatch(reached)?;
+        }
+    }
     if reached < end {
         return Err(StoreError::Corrupt(format!(
             "re-dispatch stopped at {reached}, before the end of the verified log at {end}"
