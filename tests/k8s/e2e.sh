@@ -84,15 +84,6 @@ if [ -x "$KBIN/kube-controller-manager" ]; then
   HAVE_GC=1
 else HAVE_GC=; fi
 
-wait_for() { # wait_for SECONDS DESCRIPTION COMMAND...
-  local t=$1 what=$2; shift 2
-  local t0; t0=$(date +%s)
-  until "$@" >/dev/null 2>&1; do
-    if [ $(( $(date +%s) - t0 )) -ge "$t" ]; then bad "$what (timed out after ${t}s)"; return 1; fi
-    sleep 1
-  done
-  ok "$what"
-}
 
 check "CRD applies" quiet K apply --server-side -f crds/
 wait_for 30 "CRD established" K wait --for=condition=Established crd/messagequeueclusters.conveyor.dev --timeout=5s

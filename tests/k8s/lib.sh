@@ -1,6 +1,7 @@
 # Shared by tests/k8s/e2e.sh and tests/k8s/pods-e2e.sh (sourced): free ports, etcd, the API
-# server with its credentials, and a kubeconfig for the admin token. Each start appends the
-# process's pid to the caller's PIDS array.
+# server with its credentials, a kubeconfig for the admin token, and condition waits. Each
+# start appends the process's pid to the caller's PIDS array; `wait_for` reports through the
+# caller's `ok` and `bad`.
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
@@ -53,4 +54,16 @@ users: [{name: admin, user: {token: admin-token}}]
 contexts: [{name: $4, context: {cluster: $4, user: admin}}]
 current-context: $4
 KCFG
+}
+
+# wait_for SECONDS DESCRIPTION COMMAND...: polls COMMAND every second until it succeeds (ok,
+# with the time it took) or SECONDS pass (bad).
+wait_for() {
+  local t=$1 what=$2; shift 2
+  local t0; t0=$(date +%s)
+  until "$@" >/dev/null 2>&1; do
+    if [ $(( $(date +%s) - t0 )) -ge "$t" ]; then bad "$what (timed out after ${t}s)"; return 1; fi
+    sleep 1
+  done
+  ok "$what ($(( $(date +%s) - t0 )) s)"
 }

@@ -195,15 +195,6 @@ EOF
   --node-ip="$NET.1" --hostname-override=pods-node-0 > "$D/kubelet.log" 2>&1 &
 PIDS+=($!)
 
-wait_for() { # wait_for SECONDS DESCRIPTION COMMAND...
-  local t=$1 what=$2; shift 2
-  local t0; t0=$(date +%s)
-  until "$@" >/dev/null 2>&1; do
-    if [ $(( $(date +%s) - t0 )) -ge "$t" ]; then bad "$what (timed out after ${t}s)"; return 1; fi
-    sleep 1
-  done
-  ok "$what ($(( $(date +%s) - t0 )) s)"
-}
 node_ready() { [ "$(K get node pods-node-0 -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}')" = True ]; }
 wait_for 120 "node pods-node-0 Ready (kubelet on containerd)" node_ready || {
   tail -30 "$D/kubelet.log"; fatal "no Ready node"; }
