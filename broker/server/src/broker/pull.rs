@@ -72,13 +72,14 @@ impl SlaveReads {
         }
     }
 
-    /// `suggestWhichBrokerId` for a consumer of `group` whose pull ended `behind` bytes before
-    /// the CommitLog's end: the master (0) unless slave reads are on; then the group's
-    /// `whichBrokerWhenConsumeSlowly` when it reads from disk, else its `brokerId`.
-    pub fn suggest(&self, group: &SubscriptionGroupConfig, behind: u64) -> i64 {
+    /// `suggestWhichBrokerId` for a consumer of `group` whose pull ended `behind()` bytes
+    /// before the CommitLog's end: the master (0) unless slave reads are on; then the group's
+    /// `whichBrokerWhenConsumeSlowly` when it reads from disk, else its `brokerId`. `behind`
+    /// runs only when slave reads are on: with them off (the default) a pull pays nothing.
+    pub fn suggest(&self, group: &SubscriptionGroupConfig, behind: impl FnOnce() -> u64) -> i64 {
         if !self.enabled {
             0
-        } else if behind > self.in_memory_bytes {
+        } else if behind() > self.in_memory_bytes {
             group.which_broker_when_consume_slowly
         } else {
             group.broker_id
@@ -386,15 +387,16 @@ impl PullMessageProcessor {
         r: &GetResult,
     ) -> RemotingCommand {
         // How far behind the log's end this pull ended (RocketMQ: from the last record read).
-        let behind = r
-            .messages
-            .last()
-            .and_then(|m| conveyor_protocol::message::RecordView::parse(m).ok())
-            .map_or(0, |v| {
-                self.store
-                    .commit_log_max_offset()
-                    .saturating_sub(v.physical_offset().max(0) as u64)
-            });
+        let behind = || {
+            r.messages
+                .last()
+                .and_then(|m| conveyor_protocol::message::RecordView::parse(m).ok())
+                .map_or(0, |v| {
+                    self.store
+                        .commit_log_max_offset()
+                        .saturating_sub(v.physical_offset().max(0) as u64)
+                })
+        };
         let mut response = ok(req)
             .with_ext(
                 "suggestWhichBrokerId",
@@ -436,18 +438,18 @@ mod tests {
             enabled: false,
             in_memory_bytes: 1000,
         };
-        assert_eq!(off.suggest(&group, 5000), 0);
+        assert_eq!(off.suggest(&group, || 5000), 0);
         let on = SlaveReads {
             enabled: true,
             ..off
         };
-        assert_eq!(on.suggest(&group, 1000), 0);
-        assert_eq!(on.suggest(&group, 1001), 2);
+        assert_eq!(on.suggest(&group, || 1000), 0);
+        assert_eq!(on.suggest(&group, || 1001), 2);
         let pinned = SubscriptionGroupConfig {
             broker_id: 1,
             ..group
         };
-        assert_eq!(on.suggest(&pinned, 10), 1);
+        assert_eq!(on.suggest(&pinned, || 10), 1);
     }
 
     fn result(status: GetStatus, next: i64) -> GetResult {

@@ -43,6 +43,13 @@ fn run(program: &str, args: &[&str]) -> Result<(), String> {
     ))
 }
 
+/// `nft ARGS` inside `host`'s namespace.
+fn nft(host: &Host, args: &[&str]) -> Result<(), String> {
+    let mut all = vec!["netns", "exec", host.netns.as_str(), "nft"];
+    all.extend_from_slice(args);
+    run("ip", &all)
+}
+
 impl Lab {
     /// A bridge with `hosts` namespaces on it.
     pub fn create(hosts: usize) -> Result<Lab, String> {
@@ -129,37 +136,13 @@ impl Lab {
         );
         let file = std::env::temp_dir().join(format!("{}-{}.nft", self.tag, host.netns));
         std::fs::write(&file, rules).expect("nft rules file");
-        run(
-            "ip",
-            &[
-                "netns",
-                "exec",
-                &host.netns,
-                "nft",
-                "-f",
-                &file.to_string_lossy(),
-            ],
-        )
-        .expect("cut");
+        nft(host, &["-f", &file.to_string_lossy()]).expect("cut");
         let _ = std::fs::remove_file(file);
     }
 
     /// Undoes [`Lab::cut`] on `host`.
     pub fn heal(&self, host: &Host) {
-        run(
-            "ip",
-            &[
-                "netns",
-                "exec",
-                &host.netns,
-                "nft",
-                "delete",
-                "table",
-                "inet",
-                "partition",
-            ],
-        )
-        .expect("heal");
+        nft(host, &["delete", "table", "inet", "partition"]).expect("heal");
     }
 
     /// Removes the namespaces of `hosts` hosts and the bridge, ignoring what is not there.
