@@ -11,11 +11,14 @@
 //! ConsumeQueue file. (Before the cold path read with pread, this pull killed the broker with
 //! SIGBUS.)
 //!
-//! Startup: recovery still scans the log through the mappings, so a broker started on an
-//! unreadable log dies by a signal (SIGBUS) rather than become ready serving data it could not
-//! read; once the disk reads again, recovery is clean and every acknowledged message is served.
-//! The first test pins that down: SYNC flush, acknowledged messages, the page cache dropped
-//! (a plug: everything was fsynced, so nothing is lost), reads of the commit log failing.
+//! Startup: recovery reads nothing through the mappings that it did not first read with
+//! pread, so a broker started on an unreadable log (or queue file) ends with a clear error
+//! naming what it could not read ("read failed at commitlog offset 0: Input/output error"),
+//! exit code 1, never a signal, and never becomes ready on data it could not read; once the
+//! disk reads again, recovery is clean and every acknowledged message is served. SYNC flush,
+//! acknowledged messages, the page cache dropped (a plug: everything was fsynced, so nothing is
+//! lost), then reads of the commit log, or of the queue's file, failing. (Before recovery read
+//! with pread, the broker died by SIGBUS here.)
 
 mod common;
 
@@ -34,7 +37,26 @@ use conveyor_protocol::message::decode_records;
 use tokio::time::Instant;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn unreadable_blocks_stop_the_broker_and_recovery_afterwards_loses_nothing() {
+async fn a_broker_started_on_an_unreadable_log_exits_with_an_error_and_recovers_afterwards() {
+    start_on_unreadable_blocks("/commitlog/", "read failed at commitlog offset 0").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broker_started_on_an_unreadable_queue_file_exits_with_an_error_and_recovers_afterwards()
+{
+    start_on_unreadable_blocks(
+        "/consumequeue/Eio/0/0",
+        "read failed at consumequeue Eio/0 offset",
+    )
+    .await;
+}
+
+/// Acknowledges messages under SYNC flush, pulls the plug (nothing is lost: everything was
+/// fsynced; the page cache is gone), makes reads of files whose path contains `unreadable`
+/// fail, and starts the broker: it must end by itself, not by a signal, with `expected` and the
+/// IO error in its log, without ever answering `/readyz` 200. Then the disk reads again, and a
+/// restart serves every acknowledged message.
+async fn start_on_unreadable_blocks(unreadable: &str, expected: &str) {
     if !conveyor_faultfs::fuse_available() {
         assert_ne!(
             std::env::var("CI").as_deref(),
@@ -73,11 +95,12 @@ async fn unreadable_blocks_stop_the_broker_and_recovery_afterwards_loses_nothing
     }
     broker.kill();
     // Drop the kernel's cache of the files (everything acknowledged was fsynced), then make
-    // every read of the commit log fail.
+    // the reads fail.
     fs.plug().expect("remount");
-    faults.fail_reads(Some(Target::PathContains("/commitlog/".into())));
+    faults.fail_reads(Some(Target::PathContains(unreadable.into())));
 
-    let mut sick = Broker::spawn(&data, &config, &log);
+    let sick_log = tmp.path().join("sick.log");
+    let mut sick = Broker::spawn(&data, &config, &sick_log);
     let deadline = Instant::now() + DEADLINE;
     let status = loop {
         if let Some(status) = sick
@@ -90,22 +113,30 @@ async fn unreadable_blocks_stop_the_broker_and_recovery_afterwards_loses_nothing
         if let Ok((200, _)) = http_get(sick.http, "/readyz").await {
             // Ready means it read its log: it must not have (every read fails).
             panic!(
-                "the broker became ready on an unreadable log\n{}",
+                "the broker became ready on unreadable files\n{}",
                 sick.log_tail()
             );
         }
         assert!(
             Instant::now() < deadline,
-            "the broker neither died nor got ready on an unreadable log\n{}",
+            "the broker neither ended nor got ready on unreadable files\n{}",
             sick.log_tail()
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
+    // The whole log: the error comes first, a backtrace may follow it.
+    let said = std::fs::read_to_string(&sick_log).unwrap_or_default();
     sick.child = None;
-    eprintln!("eio_read: broker on an unreadable log ended with {status:?}");
+    eprintln!("eio_read: broker on unreadable {unreadable} ended with {status:?}");
+    assert_eq!(
+        status.signal(),
+        None,
+        "the broker died by a signal on unreadable files\n{said}"
+    );
+    assert_eq!(status.code(), Some(1), "exit status\n{said}");
     assert!(
-        status.signal() == Some(libc::SIGBUS) || !status.success(),
-        "the broker ended successfully on an unreadable log"
+        said.contains(expected) && said.contains("Input/output error"),
+        "the error does not say what could not be read (want {expected:?})\n{said}"
     );
 
     // The disk reads again: a clean recovery, and every acknowledged message is served.
@@ -134,6 +165,40 @@ async fn pull(conn: &mut RawConn, topic: &str, offset: i64) -> Read {
             other => return other,
         }
     }
+}
+
+/// Pulls queue 0 of `topic` from offset 0 until `want` messages came back (an acknowledged
+/// send is durable before the dispatcher has necessarily written its queue entry, so a first
+/// pull may see fewer): the bodies by queue offset. Fails on an answer other than SUCCESS or
+/// PULL_NOT_FOUND, on a lost connection, or at the deadline.
+async fn pull_all(
+    conn: &mut RawConn,
+    topic: &str,
+    broker: &Broker,
+    want: usize,
+) -> BTreeMap<i64, Vec<u8>> {
+    let deadline = Instant::now() + DEADLINE;
+    let mut got = BTreeMap::new();
+    let mut offset = 0;
+    while got.len() < want {
+        let Read::Frame(r) = pull(conn, topic, offset).await else {
+            panic!("no answer to a pull of {topic}\n{}", broker.log_tail());
+        };
+        match r.code {
+            response_code::SUCCESS => {
+                got.extend(bodies(&r));
+                offset = r.get_i64("nextBeginOffset").expect("nextBeginOffset");
+            }
+            response_code::PULL_NOT_FOUND => tokio::time::sleep(Duration::from_millis(5)).await,
+            code => panic!("pull of {topic} answered {code}: {:?}", r.remark),
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{topic}: {} of {want} messages served",
+            got.len()
+        );
+    }
+    got
 }
 
 /// The bodies a successful pull response carries, by queue offset.
@@ -234,14 +299,7 @@ async fn an_unreadable_cold_pull_is_answered_with_an_error_and_the_broker_keeps_
     eprintln!("eio_read: the cold pull was answered {remark:?}");
 
     // The same connection, the process and the probes are fine; the resident queue is served.
-    let Read::Frame(r) = pull(&mut conn, "Warm", 0).await else {
-        panic!(
-            "the connection did not survive the failed read\n{}",
-            broker.log_tail()
-        );
-    };
-    assert_eq!(r.code, response_code::SUCCESS, "{:?}", r.remark);
-    assert_eq!(bodies(&r), warm);
+    assert_eq!(pull_all(&mut conn, "Warm", &broker, warm.len()).await, warm);
     assert!(
         broker.child.as_mut().unwrap().try_wait().unwrap().is_none(),
         "the broker died"
@@ -250,11 +308,7 @@ async fn an_unreadable_cold_pull_is_answered_with_an_error_and_the_broker_keeps_
 
     // The disk reads again: the same pull serves every message.
     faults.fail_reads(None);
-    let Read::Frame(r) = pull(&mut conn, "Cold", 0).await else {
-        panic!("no answer once the disk reads again\n{}", broker.log_tail());
-    };
-    assert_eq!(r.code, response_code::SUCCESS, "{:?}", r.remark);
-    assert_eq!(bodies(&r), cold);
+    assert_eq!(pull_all(&mut conn, "Cold", &broker, cold.len()).await, cold);
 
     // The same for the queue's entries: a cold, unreadable ConsumeQueue file.
     let queue_file = data.join("consumequeue/Cold/0").join(format!("{:020}", 0));

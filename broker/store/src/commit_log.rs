@@ -224,9 +224,11 @@ impl CommitLog {
         let start = segments[idx].base();
         let started = std::time::Instant::now();
         let mut damaged = Vec::new();
+        let mut checked = ReadCheck::default();
         let mut pos = 0u64; // within segments[idx]
         let valid_end = loop {
             let seg = &segments[idx];
+            checked.record(seg, idx, pos)?;
             let data = seg.all();
             let rest = &data[pos as usize..];
             let phys = seg.base() + pos;
@@ -239,7 +241,13 @@ impl CommitLog {
                 Some(Marker::SegmentEnd) => break seg.end(),
                 // Skipped by an earlier recovery (and the record after it is intact).
                 Some(Marker::Damaged(size))
-                    if record_starts_at(seg, pos + size, require_record_crc) =>
+                    if record_starts_at(
+                        seg,
+                        idx,
+                        pos + size,
+                        require_record_crc,
+                        &mut checked,
+                    )? =>
                 {
                     pos += size;
                     continue;
@@ -253,7 +261,7 @@ impl CommitLog {
                 }
                 _ => {
                     let Some((next_idx, next_pos)) =
-                        next_record(&segments, idx, pos, require_record_crc)
+                        next_record(&segments, idx, pos, require_record_crc, &mut checked)?
                     else {
                         break phys; // nothing valid follows: a torn tail
                     };
@@ -722,6 +730,28 @@ impl CommitLog {
         }))
     }
 
+    /// Reads `[from, to)` of the log with positional reads, throwing the bytes away
+    /// ([`MappedFile::check_readable`]): recovery calls it before walking, through the
+    /// mappings, a part of the log its scan did not read, so that an unreadable block is
+    /// [`StoreError::ReadFailed`] rather than a SIGBUS.
+    pub(crate) fn check_readable(&self, from: u64, to: u64) -> Result<()> {
+        let mut at = from.max(self.min_offset());
+        while at < to {
+            let Some(seg) = self.segment_at(at) else {
+                break;
+            };
+            let stop = to.min(seg.end());
+            seg.check_readable(at - seg.base(), stop - at)
+                .map_err(|source| StoreError::ReadFailed {
+                    site: ReadSite::CommitLog,
+                    offset: at,
+                    source,
+                })?;
+            at = stop;
+        }
+        Ok(())
+    }
+
     /// Flushes everything below `upto` to disk, oldest segment first, and returns the new
     /// flushed offset.
     pub fn flush(&self, upto: u64) -> Result<u64> {
@@ -760,14 +790,78 @@ impl CommitLog {
     }
 }
 
-/// Whether a verified record that names its own offset starts at `pos` of `seg`.
-fn record_starts_at(seg: &MappedFile, pos: u64, require_record_crc: bool) -> bool {
+/// Whether a verified record that names its own offset starts at `pos` of `seg` (which is
+/// `segments[idx]`); the bytes are checked readable first.
+fn record_starts_at(
+    seg: &MappedFile,
+    idx: usize,
+    pos: u64,
+    require_record_crc: bool,
+    checked: &mut ReadCheck,
+) -> Result<bool> {
     let data = seg.all();
-    pos < data.len() as u64
-        && matches!(
-            RecordView::parse_verified(&data[pos as usize..], require_record_crc),
-            Ok(view) if view.physical_offset() == (seg.base() + pos) as i64
-        )
+    if pos >= data.len() as u64 {
+        return Ok(false);
+    }
+    checked.record(seg, idx, pos)?;
+    Ok(matches!(
+        RecordView::parse_verified(&data[pos as usize..], require_record_crc),
+        Ok(view) if view.physical_offset() == (seg.base() + pos) as i64
+    ))
+}
+
+/// What recovery's scan has read of the log with positional reads, so that it reads nothing
+/// through the mappings that was not read that way first ([`MappedFile::check_readable`]):
+/// an unreadable block fails the open with [`StoreError::ReadFailed`] and its offset instead
+/// of raising SIGBUS. The scan moves forward, so one run per segment is remembered, and it
+/// is read ahead a chunk at a time.
+#[derive(Default)]
+struct ReadCheck {
+    /// The segment (index in the scan's snapshot) of the run.
+    segment: usize,
+    /// The run `[from, to)` within that segment already read.
+    from: u64,
+    to: u64,
+}
+
+impl ReadCheck {
+    /// How far ahead of what the scan needs each positional read goes.
+    const AHEAD: u64 = 1 << 20;
+
+    /// Makes sure `[pos, end)` of `seg` (`segments[idx]`) was read.
+    fn range(&mut self, seg: &MappedFile, idx: usize, pos: u64, end: u64) -> Result<()> {
+        let end = end.min(seg.size());
+        if idx == self.segment && pos >= self.from && end <= self.to {
+            return Ok(());
+        }
+        let from = if idx == self.segment && pos >= self.from && pos <= self.to {
+            self.to
+        } else {
+            pos - pos % 4096
+        };
+        let to = end.max(from.saturating_add(Self::AHEAD)).min(seg.size());
+        seg.check_readable(from, to - from)
+            .map_err(|source| StoreError::ReadFailed {
+                site: ReadSite::CommitLog,
+                offset: seg.base() + from,
+                source,
+            })?;
+        if !(idx == self.segment && from == self.to) {
+            self.segment = idx;
+            self.from = from;
+        }
+        self.to = to;
+        Ok(())
+    }
+
+    /// Makes sure the record (or marker) at `pos` of `seg` was read: its size field, then as
+    /// many bytes as it declares (at most the rest of the segment).
+    fn record(&mut self, seg: &MappedFile, idx: usize, pos: u64) -> Result<()> {
+        self.range(seg, idx, pos, pos + END_FILE_MIN_BLANK_LENGTH as u64)?;
+        let declared =
+            declared_size(seg.read(pos, 4.min((seg.size() - pos) as usize))).unwrap_or(0) as u64;
+        self.range(seg, idx, pos, pos.saturating_add(declared))
+    }
 }
 
 /// How many consecutive zero bytes end the search for a record after damage: the rest of
@@ -790,7 +884,8 @@ fn next_record(
     idx: usize,
     pos: u64,
     require_record_crc: bool,
-) -> Option<(usize, u64)> {
+    checked: &mut ReadCheck,
+) -> Result<Option<(usize, u64)>> {
     let finder = memchr::memmem::Finder::new(&RECORD_MAGIC_PREFIX);
     let mut zeros = 0usize;
     for (j, seg) in segments.iter().enumerate().skip(idx) {
@@ -803,10 +898,12 @@ fn next_record(
         let mut chunk_start = from;
         while chunk_start < data.len() {
             let chunk_end = (chunk_start + SEARCH_CHUNK).min(data.len());
+            let window_end = (chunk_end + RECORD_MAGIC_PREFIX.len() - 1).min(data.len());
+            checked.range(seg, j, chunk_start as u64, window_end as u64)?;
             if data[chunk_start..chunk_end].iter().all(|b| *b == 0) {
                 zeros += chunk_end - chunk_start;
                 if zeros >= ZERO_RUN_LIMIT {
-                    return None;
+                    return Ok(None);
                 }
                 chunk_start = chunk_end;
                 continue;
@@ -814,7 +911,6 @@ fn next_record(
             zeros = 0;
             // Magics (4 bytes into a record) starting in this chunk; a record starting just
             // before the chunk is found through its magic here.
-            let window_end = (chunk_end + RECORD_MAGIC_PREFIX.len() - 1).min(data.len());
             for hit in finder.find_iter(&data[chunk_start..window_end]) {
                 let Some(record) = (chunk_start + hit).checked_sub(4) else {
                     continue;
@@ -825,14 +921,14 @@ fn next_record(
                 let record = record as u64;
                 // A range that ends inside a later segment must leave room for its marker.
                 let room = j == idx || record == 0 || record >= END_FILE_MIN_BLANK_LENGTH as u64;
-                if room && record_starts_at(seg, record, require_record_crc) {
-                    return Some((j, record));
+                if room && record_starts_at(seg, j, record, require_record_crc, checked)? {
+                    return Ok(Some((j, record)));
                 }
             }
             chunk_start = chunk_end;
         }
     }
-    None
+    Ok(None)
 }
 
 /// The most bytes of one damaged range kept in the quarantine folder (the start of the range

@@ -110,7 +110,7 @@ impl ConsumeQueue {
     pub(crate) fn recover(
         &self,
         log_end: u64,
-        is_own: impl Fn(i64, &CqEntry) -> bool,
+        is_own: impl Fn(i64, &CqEntry) -> Result<bool>,
     ) -> Result<Option<u64>> {
         let files = self.files.snapshot();
         let Some(first) = files.first() else {
@@ -120,17 +120,20 @@ impl ConsumeQueue {
         let mut garbage_after = false;
         // CommitLog offset just past the record of the last entry kept (a record boundary).
         let mut kept_upto = 0u64;
+        // Every read here is positional (pread), not through the mapping: an unreadable
+        // block fails the open with its offset instead of raising SIGBUS.
         'files: for file in files.iter().rev() {
-            let written = written_slots(file.all());
+            let slots = (file.size() / CQ_UNIT) as usize;
+            let written = written_slots(slots, |first, n| self.read_slots(file, first, n))?;
             for slot in (0..written).rev() {
-                let raw = file.read(slot as u64 * CQ_UNIT, CQ_UNIT as usize);
-                let Some(entry) = CqEntry::decode(raw) else {
+                let raw = self.read_slots(file, slot, 1)?;
+                let Some(entry) = CqEntry::decode(&raw) else {
                     garbage_after |= raw.iter().any(|b| *b != 0);
                     continue;
                 };
                 let byte = file.base() + slot as u64 * CQ_UNIT;
                 let own = entry.physical_offset + u64::from(entry.size) <= log_end
-                    && is_own((byte / CQ_UNIT) as i64, &entry);
+                    && is_own((byte / CQ_UNIT) as i64, &entry)?;
                 if own {
                     end_byte = byte + CQ_UNIT;
                     kept_upto = entry.physical_offset + u64::from(entry.size);
@@ -158,11 +161,34 @@ impl ConsumeQueue {
         Ok((garbage_after && kept_upto > 0).then_some(kept_upto))
     }
 
+    /// `n` slots of `file` from slot `first`, read with pread: an unreadable block is
+    /// [`StoreError::ReadFailed`] with the first slot's queue offset.
+    fn read_slots(&self, file: &MappedFile, first: usize, n: usize) -> Result<Vec<u8>> {
+        let mut raw = vec![0u8; n * CQ_UNIT as usize];
+        let pos = first as u64 * CQ_UNIT;
+        file.read_at(pos, &mut raw)
+            .map_err(|source| self.read_failed((file.base() + pos) / CQ_UNIT, source))?;
+        Ok(raw)
+    }
+
+    /// The error of a failed read at `queue_offset`.
+    fn read_failed(&self, queue_offset: u64, source: std::io::Error) -> StoreError {
+        StoreError::ReadFailed {
+            site: ReadSite::ConsumeQueue {
+                topic: self.topic.clone(),
+                queue_id: self.queue_id,
+            },
+            offset: queue_offset,
+            source,
+        }
+    }
+
     /// Moves the minimum offset past entries whose records are below `log_min` (after
     /// retention deleted CommitLog segments).
-    pub fn correct_min(&self, log_min: u64) {
-        let lo = self.first_entry_at_or_after(log_min);
+    pub fn correct_min(&self, log_min: u64) -> Result<()> {
+        let lo = self.first_entry_at_or_after(log_min)?;
         self.min.fetch_max(lo, Ordering::AcqRel);
+        Ok(())
     }
 
     /// Drops the entries whose records start at or past `log_offset` (the CommitLog was cut
@@ -173,7 +199,7 @@ impl ConsumeQueue {
     /// served entries past the cut (the broker is fenced while the store truncates).
     pub(crate) unsafe fn truncate_live(&self, log_offset: u64) -> Result<i64> {
         let max = self.max_offset();
-        let cut = self.first_entry_at_or_after(log_offset);
+        let cut = self.first_entry_at_or_after(log_offset)?;
         if cut < max {
             self.max.store(cut, Ordering::Release);
             // SAFETY: forwarded from the caller.
@@ -187,17 +213,36 @@ impl ConsumeQueue {
 
     /// The first queue offset whose entry points at or past `log_offset`: a binary search,
     /// entries being ordered by physical offset; a hole (a damaged or never-written slot) says
-    /// nothing, so it is decided by the next entry.
-    fn first_entry_at_or_after(&self, log_offset: u64) -> i64 {
+    /// nothing, so it is decided by the next entry. Slots are read with pread (a few per
+    /// step; it runs at open, on retention and on truncation, never per message), so an
+    /// unreadable block is an error, not a SIGBUS.
+    fn first_entry_at_or_after(&self, log_offset: u64) -> Result<i64> {
         let (mut lo, mut hi) = (self.min_offset(), self.max_offset());
         while lo < hi {
             let mid = lo + (hi - lo) / 2;
-            match (mid..hi).find_map(|n| self.get(n).map(|e| (n, e))) {
+            let mut found = None;
+            for n in mid..hi {
+                if let Some(e) = self.entry_positional(n)? {
+                    found = Some((n, e));
+                    break;
+                }
+            }
+            match found {
                 Some((n, e)) if e.physical_offset < log_offset => lo = n + 1,
                 _ => hi = mid,
             }
         }
-        lo
+        Ok(lo)
+    }
+
+    /// The entry at `queue_offset` read with pread (`None` for a hole or outside the files).
+    fn entry_positional(&self, queue_offset: i64) -> Result<Option<CqEntry>> {
+        let byte = queue_offset as u64 * CQ_UNIT;
+        let Some(file) = self.files.find(byte) else {
+            return Ok(None);
+        };
+        let raw = self.read_slots(file.as_ref(), ((byte - file.base()) / CQ_UNIT) as usize, 1)?;
+        Ok(CqEntry::decode(&raw))
     }
 
     /// Writes the entry for `queue_offset`. Rewriting an existing entry with the same content
@@ -276,14 +321,7 @@ impl ConsumeQueue {
             let stop = (end as u64 * CQ_UNIT).min(file.end());
             raw.resize((stop - byte) as usize, 0);
             file.read_at(byte - file.base(), &mut raw)
-                .map_err(|source| StoreError::ReadFailed {
-                    site: ReadSite::ConsumeQueue {
-                        topic: self.topic.clone(),
-                        queue_id: self.queue_id,
-                    },
-                    offset: at as u64,
-                    source,
-                })?;
+                .map_err(|source| self.read_failed(at as u64, source))?;
             out.extend(raw.chunks_exact(CQ_UNIT as usize).map(CqEntry::decode));
             at = (stop / CQ_UNIT) as i64;
         }
@@ -343,7 +381,7 @@ impl ConsumeQueue {
 
     /// Deletes files (never the last) whose entries all point below `log_min`.
     pub fn delete_expired(&self, log_min: u64) -> Result<usize> {
-        self.correct_min(log_min);
+        self.correct_min(log_min)?;
         let min_byte = self.min_offset() as u64 * CQ_UNIT;
         self.files.delete_front(|f| f.end() <= min_byte)
     }
@@ -353,31 +391,40 @@ impl ConsumeQueue {
 /// a hole (a page of entries that never reached the disk while a later one did): 16 pages.
 const HOLE_LOOKAHEAD: usize = 16 * 4096;
 
-/// The number of leading slots of a queue file that may hold entries: a binary search for the
-/// first zero slot (slots are written in order), extended past holes of up to
-/// [`HOLE_LOOKAHEAD`] bytes that are followed by written slots.
-fn written_slots(data: &[u8]) -> usize {
+/// The number of leading slots of a queue file of `slots` slots that may hold entries: a
+/// binary search for the first zero slot (slots are written in order), extended past holes of
+/// up to [`HOLE_LOOKAHEAD`] bytes that are followed by written slots. `read(first, n)` reads
+/// `n` slots from slot `first` (and may fail).
+fn written_slots(
+    slots: usize,
+    mut read: impl FnMut(usize, usize) -> Result<Vec<u8>>,
+) -> Result<usize> {
     let unit = CQ_UNIT as usize;
-    let slots = data.len() / unit;
-    let used = |n: usize| data[n * unit..(n + 1) * unit].iter().any(|b| *b != 0);
+    let used = |raw: &[u8]| raw.iter().any(|b| *b != 0);
     let (mut lo, mut hi) = (0usize, slots);
     while lo < hi {
         let mid = lo + (hi - lo) / 2;
-        if used(mid) {
+        if used(&read(mid, 1)?) {
             lo = mid + 1;
         } else {
             hi = mid;
         }
     }
-    let mut end = lo;
-    let mut probe = end;
-    while probe < slots && (probe - end) * unit < HOLE_LOOKAHEAD {
-        if used(probe) {
-            end = probe + 1;
+    // The look past the end, a window at a time; each written slot found extends it.
+    let (mut end, mut probe) = (lo, lo);
+    loop {
+        let stop = (end + HOLE_LOOKAHEAD.div_ceil(unit)).min(slots);
+        if probe >= stop {
+            return Ok(end);
         }
-        probe += 1;
+        if let Some(i) = read(probe, stop - probe)?
+            .chunks_exact(unit)
+            .rposition(used)
+        {
+            end = probe + i + 1;
+        }
+        probe = stop;
     }
-    end
 }
 
 #[cfg(test)]
@@ -413,11 +460,11 @@ mod tests {
         drop(cq);
         // The log only kept the first 6 records intact.
         let cq = ConsumeQueue::open(dir.path(), "T", 0, 4).unwrap();
-        cq.recover(600, |_, _| true).unwrap();
+        cq.recover(600, |_, _| Ok(true)).unwrap();
         assert_eq!(cq.max_offset(), 6);
         assert_eq!(cq.get(6), None);
         assert_eq!(list_offsets(dir.path()).unwrap(), vec![0, 80]);
-        cq.correct_min(250);
+        cq.correct_min(250).unwrap();
         assert_eq!(cq.min_offset(), 3);
         assert_eq!(cq.delete_expired(450).unwrap(), 1);
         assert_eq!(cq.min_offset(), 5);
@@ -453,7 +500,7 @@ mod tests {
         // other queues (is_own says no), although they lie inside the log.
         zero_slot(dir.path(), 5);
         let cq = ConsumeQueue::open(dir.path(), "T", 0, 64).unwrap();
-        cq.recover(10_000, |qoff, _| qoff < 5).unwrap();
+        cq.recover(10_000, |qoff, _| Ok(qoff < 5)).unwrap();
         assert_eq!(cq.max_offset(), 5);
         drop(cq);
         let data = std::fs::read(dir.path().join(format!("{:020}", 0))).unwrap();
@@ -469,16 +516,16 @@ mod tests {
         drop(queue_of(dir.path(), 10));
         zero_slot(dir.path(), 5);
         let cq = ConsumeQueue::open(dir.path(), "T", 0, 64).unwrap();
-        cq.recover(10_000, |_, _| true).unwrap();
+        cq.recover(10_000, |_, _| Ok(true)).unwrap();
         assert_eq!(cq.max_offset(), 10);
         assert_eq!(cq.get(5), None);
         assert_eq!(cq.get(9).unwrap().physical_offset, 900);
         // A hole says nothing about retention: min stays below the kept entries.
-        cq.correct_min(0);
+        cq.correct_min(0).unwrap();
         assert_eq!(cq.min_offset(), 0);
         // Retention deleted records 0..4: min moves up to the hole (conservative: never past
         // an entry whose record may still be there).
-        cq.correct_min(450);
+        cq.correct_min(450).unwrap();
         assert_eq!(cq.min_offset(), 5);
     }
 }

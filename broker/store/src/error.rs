@@ -57,7 +57,8 @@ pub enum StoreError {
     ReadFailed {
         /// Which file kind the read was for.
         site: ReadSite,
-        /// The commit-log offset, or the consume queue's queue offset, of the read.
+        /// The commit-log offset, the consume queue's queue offset, or the index file's byte
+        /// position of the read.
         offset: u64,
         /// The underlying IO error.
         #[source]
@@ -97,6 +98,11 @@ pub enum ReadSite {
         /// Its queue id.
         queue_id: i32,
     },
+    /// An index file (the offset is a byte position in it).
+    Index {
+        /// The file's name.
+        file: String,
+    },
 }
 
 impl std::fmt::Display for ReadSite {
@@ -106,6 +112,7 @@ impl std::fmt::Display for ReadSite {
             ReadSite::ConsumeQueue { topic, queue_id } => {
                 write!(f, "consumequeue {topic}/{queue_id}")
             }
+            ReadSite::Index { file } => write!(f, "index file {file}"),
         }
     }
 }

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{fence, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
-use crate::error::{IoContext, Result};
+use crate::error::{IoContext, ReadSite, Result, StoreError};
 use crate::mapped_file::{sync_dir, MappedFile};
 
 const HEADER: u64 = 40;
@@ -55,6 +55,16 @@ impl IndexFile {
         let size = HEADER + slots as u64 * SLOT + (max_entries as u64 + 1) * ENTRY;
         // MappedFile names files by offset; index files are named by time, so open by path.
         let file = MappedFile::open_named(dir, name, size)?;
+        // The header is read through the mapping from here on: read it with pread first, so
+        // that an unreadable one fails the open instead of raising SIGBUS.
+        file.check_readable(0, HEADER)
+            .map_err(|source| StoreError::ReadFailed {
+                site: ReadSite::Index {
+                    file: name.to_string(),
+                },
+                offset: 0,
+                source,
+            })?;
         let f = Self {
             file,
             slots,

@@ -286,6 +286,25 @@ impl MappedFile {
         self.file.read_exact_at(buf, pos)
     }
 
+    /// Reads `[pos, pos + len)` (clamped to the file) with positional reads and throws the
+    /// bytes away: a block the disk cannot read is an error here, before a read of the same
+    /// range through the mapping would raise SIGBUS. The pages read stay in the page cache,
+    /// so the mapped read that follows costs no second disk read. Recovery calls it ahead of
+    /// everything it reads through the mappings, so that a store on an unreadable disk fails
+    /// to open with the offset it could not read instead of killing the process.
+    pub fn check_readable(&self, pos: u64, len: u64) -> std::io::Result<()> {
+        const CHUNK: u64 = 1 << 20;
+        let end = pos.saturating_add(len).min(self.size);
+        let mut buf = vec![0u8; end.saturating_sub(pos).min(CHUNK) as usize];
+        let mut at = pos;
+        while at < end {
+            let n = (end - at).min(CHUNK) as usize;
+            self.read_at(at, &mut buf[..n])?;
+            at += n as u64;
+        }
+        Ok(())
+    }
+
     /// The whole mapping (for recovery scans).
     pub fn all(&self) -> &[u8] {
         self.read(0, self.size as usize)

@@ -57,12 +57,17 @@ pub(crate) fn recover(core: &StoreCore, unclean: bool, started: Instant) -> Resu
     for cq in core.queues.all() {
         // An entry is kept only if it leads to a record of its own queue and offset (or to
         // one retention already deleted, which cannot be checked and was valid when written).
+        // The record is read with pread, like every read recovery makes: an unreadable block
+        // fails the open with its offset, never a SIGBUS.
         let min = log.min_offset();
+        let max_record = core.config.max_message_size;
         let lost_after = cq.recover(end, |queue_offset, entry| {
             if entry.physical_offset < min {
-                return true;
+                return Ok(true);
             }
-            log.read_record_at(entry.physical_offset)
+            let record =
+                log.read_record_positional(entry.physical_offset, entry.size as usize, max_record)?;
+            Ok(record
                 .and_then(|slice| {
                     let view = RecordView::parse_verified(&slice, require_crc).ok()?;
                     Some(
@@ -71,7 +76,7 @@ pub(crate) fn recover(core: &StoreCore, unclean: bool, started: Instant) -> Resu
                             && view.queue_offset() == queue_offset,
                     )
                 })
-                .unwrap_or(false)
+                .unwrap_or(false))
         })?;
         if let Some(from) = lost_after {
             redispatch_from = redispatch_from.min(from.max(log.min_offset()));
@@ -80,7 +85,10 @@ pub(crate) fn recover(core: &StoreCore, unclean: bool, started: Instant) -> Resu
     // ConsumeQueues: re-dispatch the verified tail. `scan_from` is a segment start, so the walk
     // starts on a record boundary; it must reach the end, or records would miss their queue
     // while new messages reused their queue offsets.
+    // The scan read `[scan_from, end)` with positional reads; a walk that starts before it
+    // reads that part the same way first.
     let redispatch = |from: u64| {
+        log.check_readable(from, scan_from.min(end))?;
         dispatch::walk(core, from, end, |phys, view| {
             let targets = Targets {
                 consume_queue: true,
@@ -116,6 +124,7 @@ pub(crate) fn recover(core: &StoreCore, unclean: bool, started: Instant) -> Resu
             Some(u) => (u - u % seg).max(log.min_offset()),
             None => log.min_offset(),
         };
+        log.check_readable(from, scan_from.min(end))?;
         dispatch::walk(core, from.min(end), end, |phys, view| {
             if last.is_some_and(|u| phys <= u) {
                 return Ok(());
@@ -138,7 +147,7 @@ pub(crate) fn recover(core: &StoreCore, unclean: bool, started: Instant) -> Resu
     }
     let min = log.min_offset();
     for cq in core.queues.all() {
-        cq.correct_min(min);
+        cq.correct_min(min)?;
     }
     core.dispatched.store(end, Ordering::Release);
     core.checkpoint()?;
