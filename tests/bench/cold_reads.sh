@@ -12,7 +12,8 @@
 # topic. Not part of tests/all.sh (it measures; tests never assert times).
 #
 # Environment: COLD_BIN (default target/release/conveyor, built if missing), COLD_GIB (default 4),
-# COLD_DIR (default a temp dir under /var/tmp). The probe runs 4 s, while the consumers still read.
+# COLD_DIR (default a temp dir under /var/tmp), COLD_ROUNDS (default 3). Each probe runs 3 s, while
+# the consumers still read.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 TARGET="${CARGO_TARGET_DIR:-target}"
@@ -45,27 +46,34 @@ count=$((GIB * 1024 * 1024 / 4 / 16))
 echo "filling $GIB GiB ($((count * 16)) messages of 4 KiB)"
 "$BIN" bench produce --topic Cold --size 4096 --batch 16 --count "$count" --producers 4 --in-flight 8 | tail -1
 
-run() { # run LABEL
+run() { # run LABEL: the probe runs 3 s, inside the consumers' catch-up
   "$BIN" bench consume --topic Cold --consumers 32 --batch 64 >"$DIR/consume-$1.txt" 2>&1 &
   local consume=$!
-  "$BIN" bench produce --topic Probe --size 1024 --producers 1 --in-flight 1 --duration 4 \
-    | tee "$DIR/probe-$1.txt" | tail -1
+  "$BIN" bench produce --topic Probe --size 1024 --producers 1 --in-flight 1 --duration 3 \
+    >"$DIR/probe-$1.txt"
   wait $consume || true
-  tail -1 "$DIR/consume-$1.txt"
+  echo "$1: probe $(tail -1 "$DIR/probe-$1.txt" | grep -o 'p50.*p999 [0-9.]* ms')"
+  echo "$1: $(tail -1 "$DIR/consume-$1.txt" | sed 's/; latency.*//')"
 }
 p99() { grep -o 'p99 [0-9.]*' "$DIR/probe-$1.txt" | awk '{print $2}'; }
+median() { sort -g | awk '{v[NR]=$1} END {print (NR % 2) ? v[(NR+1)/2] : (v[NR/2] + v[NR/2+1]) / 2}'; }
 
-echo "== warm: the data was just written (in memory)"
-"$BIN" bench consume --topic Cold --consumers 32 --batch 64 >/dev/null 2>&1 # touch it all once
-run warm
-echo "== cold: broker restarted, page cache dropped"
+# Rounds of (warm, cold): one 3 s probe's p99 moves by a factor of 2 between runs on this
+# shared machine, so the medians over the rounds are compared.
+ROUNDS="${COLD_ROUNDS:-3}"
+for r in $(seq "$ROUNDS"); do
+  echo "== round $r warm: the data in memory"
+  "$BIN" bench consume --topic Cold --consumers 32 --batch 64 >/dev/null 2>&1 # touch it all once
+  run "warm$r"
+  echo "== round $r cold: broker restarted, page cache dropped"
+  stop
+  sync
+  echo 3 >/proc/sys/vm/drop_caches
+  start
+  run "cold$r"
+done
 stop
-sync
-echo 3 >/proc/sys/vm/drop_caches
-start
-run cold
-stop
-warm=$(p99 warm)
-cold=$(p99 cold)
-echo "producer p99: warm ${warm} ms, cold ${cold} ms, ratio $(awk -v c="$cold" -v w="$warm" 'BEGIN{printf "%.2f", c / w}')"
+warm=$(for r in $(seq "$ROUNDS"); do p99 "warm$r"; done | median)
+cold=$(for r in $(seq "$ROUNDS"); do p99 "cold$r"; done | median)
+echo "producer p99, median of $ROUNDS rounds: warm ${warm} ms, cold ${cold} ms, ratio $(awk -v c="$cold" -v w="$warm" 'BEGIN{printf "%.2f", c / w}')"
 rm -rf "$DIR/data"

@@ -326,11 +326,17 @@ impl PullMessageProcessor {
         }
     }
 
-    /// Reads from the store: right here, through the mappings, when the entries and records
-    /// are in memory; on the blocking pool with positional reads when they are not (a
-    /// consumer catching up from old data must not stall the runtime worker that also
-    /// serves producers, and a block the disk cannot read must come back as an error for
-    /// this pull, not as a SIGBUS that ends the broker).
+    /// Reads from the store, always on the blocking pool, never on a runtime worker: through
+    /// the mappings when the entries and records are in memory, with positional reads when
+    /// they are not (a block the disk cannot read must come back as an error for this pull,
+    /// not as a SIGBUS that ends the broker). "In memory" is mincore's word, and mincore also
+    /// counts pages the kernel's readahead has only started to read: a consumer catching up
+    /// from the disk finds the pages after its last read "resident" while they are still on
+    /// their way, and a read through the mapping then waits for the disk in a page fault.
+    /// Measured (tests/bench/cold_reads.sh, docs/benchmarks.md): runtime workers parked in
+    /// such faults for tens of milliseconds, and a producer served by that worker waited with
+    /// them. On the blocking pool such a wait holds up only this pull. Reads of data not in
+    /// memory also queue for one of `cold_reads`' permits (one per core).
     async fn read(
         &self,
         topic: &str,
@@ -340,37 +346,33 @@ impl PullMessageProcessor {
         max_bytes: usize,
         filter: &TagFilter,
     ) -> Result<GetResult, StoreError> {
-        if self
+        let resident = self
             .store
-            .is_resident(topic, queue_id, offset, max_count, max_bytes)
-        {
-            return Ok(self
-                .store
-                .get_messages(topic, queue_id, offset, max_count, max_bytes, filter));
-        }
-        let Ok(_permit) = self.cold_reads.acquire().await else {
-            return self
-                .store
-                .get_messages_cold(topic, queue_id, offset, max_count, max_bytes, filter);
+            .is_resident(topic, queue_id, offset, max_count, max_bytes);
+        let read_here = move |store: &MessageStore, topic: &str, filter: &TagFilter| {
+            if resident {
+                Ok(store.get_messages(topic, queue_id, offset, max_count, max_bytes, filter))
+            } else {
+                store.get_messages_cold(topic, queue_id, offset, max_count, max_bytes, filter)
+            }
+        };
+        let _permit = if resident {
+            None
+        } else {
+            match self.cold_reads.acquire().await {
+                Ok(permit) => Some(permit),
+                // Closed only as the broker stops: read here.
+                Err(_) => return read_here(&self.store, topic, filter),
+            }
         };
         let (store, owned_topic, owned_filter) =
             (self.store.clone(), topic.to_string(), filter.clone());
-        let read = tokio::task::spawn_blocking(move || {
-            store.get_messages_cold(
-                &owned_topic,
-                queue_id,
-                offset,
-                max_count,
-                max_bytes,
-                &owned_filter,
-            )
-        });
+        let read =
+            tokio::task::spawn_blocking(move || read_here(&store, &owned_topic, &owned_filter));
         match read.await {
             Ok(r) => r,
             // The blocking pool is gone (runtime shutting down): read here.
-            Err(_) => self
-                .store
-                .get_messages_cold(topic, queue_id, offset, max_count, max_bytes, filter),
+            Err(_) => read_here(&self.store, topic, filter),
         }
     }
 
