@@ -12,12 +12,22 @@ use kube::runtime::{watcher, Controller};
 use kube::Client;
 
 use crate::crd::MessageQueueCluster;
+use crate::failover::Failover;
 use crate::leader::{Attempt, LeaderElector};
 use crate::reconcile::{error_policy, reconcile, Context};
 use crate::telemetry::{State, Telemetry};
 
 /// Label every owned object carries; the owned-object watches filter on it.
 const MANAGED: &str = "app.kubernetes.io/managed-by=conveyor-operator";
+
+/// Where the operator's replication controller listens, and the address brokers are given.
+#[derive(Debug, Clone)]
+pub struct FailoverSettings {
+    /// The listening address.
+    pub listen: std::net::SocketAddr,
+    /// `host:port` rendered into the brokers' configuration.
+    pub advertise: String,
+}
 
 fn api<K>(client: &Client, namespace: Option<&str>) -> Api<K>
 where
@@ -36,13 +46,33 @@ pub async fn run_controller(
     client: Client,
     namespace: Option<String>,
     instance: Option<String>,
+    failover: Option<FailoverSettings>,
     telemetry: Telemetry,
 ) {
     telemetry.set_state(State::Syncing);
     let ns = namespace.as_deref();
-    let ctx =
-        Arc::new(Context::new(client.clone(), instance).with_metrics(telemetry.metrics.clone()));
+    let mut ctx = Context::new(client.clone(), instance).with_metrics(telemetry.metrics.clone());
+    // The replication controller serves only while this replica leads: it stops (and its
+    // detection loops with it) when this function's future is dropped.
+    let stop = tokio_util::sync::CancellationToken::new();
+    let _stop_on_drop = stop.clone().drop_guard();
+    if let Some(settings) = failover {
+        match tokio::net::TcpListener::bind(settings.listen).await {
+            Ok(listener) => {
+                let failover = Failover::new(client.clone(), stop.clone());
+                tracing::info!(listen = %settings.listen, advertise = %settings.advertise, "replication controller listening");
+                tokio::spawn(failover.clone().serve(listener));
+                ctx = ctx.with_failover(failover, settings.advertise);
+            }
+            Err(e) => tracing::error!(
+                listen = %settings.listen, error = %e,
+                "cannot listen for brokers' controller requests; failover is off (classic roles)"
+            ),
+        }
+    }
+    let ctx = Arc::new(ctx);
     let owned = watcher::Config::default().labels(MANAGED);
+    let decisions = ctx.failover.as_ref().map(|f| f.changes());
     let controller = Controller::new(
         api::<MessageQueueCluster>(&client, ns),
         watcher::Config::default(),
@@ -51,6 +81,11 @@ pub async fn run_controller(
     .owns(api::<ConfigMap>(&client, ns), owned.clone())
     .owns(api::<Service>(&client, ns), owned.clone())
     .owns(api::<PodDisruptionBudget>(&client, ns), owned);
+    // A controller decision (a promotion above all) is reported without waiting for a requeue.
+    let controller = match decisions {
+        Some(d) => controller.reconcile_all_on(d),
+        None => controller,
+    };
     let clusters = controller.store();
     let run = controller
         .shutdown_on_signal()
@@ -82,10 +117,11 @@ pub async fn run_leader_elected(
     namespace: Option<String>,
     instance: Option<String>,
     elector: Option<LeaderElector>,
+    failover: Option<FailoverSettings>,
     telemetry: Telemetry,
 ) {
     let Some(elector) = elector else {
-        run_controller(client, namespace, instance, telemetry).await;
+        run_controller(client, namespace, instance, failover, telemetry).await;
         return;
     };
     loop {
@@ -101,7 +137,7 @@ pub async fn run_leader_elected(
             _ = shutdown_signal() => return,
         }
         tokio::select! {
-            _ = run_controller(client.clone(), namespace.clone(), instance.clone(), telemetry.clone()) => {
+            _ = run_controller(client.clone(), namespace.clone(), instance.clone(), failover.clone(), telemetry.clone()) => {
                 elector.release().await;
                 return;
             }

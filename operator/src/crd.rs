@@ -131,6 +131,10 @@ pub struct BrokerSpec {
     /// Sync: a master acknowledges after a slave has the message; Async: immediately.
     #[serde(default)]
     pub replication_mode: ReplicationMode,
+    /// Failover: who is master of each group is decided by the replication controller inside
+    /// the operator, which promotes an in-sync slave when the master is lost.
+    #[serde(default)]
+    pub failover: FailoverSpec,
     /// Container resources.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resources: Option<ResourceRequirements>,
@@ -146,6 +150,47 @@ pub struct BrokerSpec {
 
 fn default_replicas_per_group() -> i32 {
     1
+}
+
+/// Failover of broker groups with more than one replica (RocketMQ 5's controller mode, with
+/// the controller in the operator and its state in a ConfigMap per cluster).
+#[derive(KubeSchema, Deserialize, Serialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct FailoverSpec {
+    /// When true (the default) and a group has two or more replicas, roles come from the
+    /// operator's controller instead of pod ordinals: a lost master is replaced by the in-sync
+    /// replica with the longest log, and a restarted former master rejoins as a slave. When
+    /// false, ordinal 0 is the master for good (RocketMQ's classic master/slave).
+    #[serde(default = "default_true")]
+    pub enabled: bool,
+    /// How long a master may be silent before it is replaced (a master whose connection to
+    /// the controller closes, such as a killed process, is replaced at once).
+    #[serde(default = "default_detection_seconds")]
+    #[schemars(range(min = 1, max = 300))]
+    pub detection_seconds: u32,
+    /// Promote a replica outside the in-sync set when no in-sync replica is alive: the group
+    /// becomes writable again but loses what only the old master held. Off by default: the
+    /// group then stays unwritable (condition `Degraded`) until an in-sync replica returns.
+    #[serde(default)]
+    pub allow_unclean_promotion: bool,
+}
+
+fn default_true() -> bool {
+    true
+}
+
+fn default_detection_seconds() -> u32 {
+    10
+}
+
+impl Default for FailoverSpec {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            detection_seconds: default_detection_seconds(),
+            allow_unclean_promotion: false,
+        }
+    }
 }
 
 /// Storage of a broker pod.
@@ -301,6 +346,15 @@ pub struct BrokerGroupStatus {
     /// The pod acting as master.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub master: Option<String>,
+    /// The master epoch (failover only): bumped by every promotion.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub epoch: Option<u32>,
+    /// Pods holding every acknowledged message, the master included (failover only).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub in_sync_replicas: Vec<String>,
+    /// When the operator last saw a new master promoted (failover only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_failover: Option<String>,
 }
 
 impl MessageQueueCluster {

@@ -6,6 +6,7 @@
 pub mod builders;
 pub mod controller;
 pub mod crd;
+pub mod failover;
 pub mod leader;
 pub mod reconcile;
 pub mod telemetry;

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
+use conveyor_operator::controller::FailoverSettings;
 use conveyor_operator::leader::{LeaderElector, LeaseConfig};
 use conveyor_operator::telemetry::{self, Listen, Telemetry, DEFAULT_HTTP_LISTEN};
 
@@ -24,7 +25,7 @@ enum Command {
     /// Print the CustomResourceDefinition as YAML (the content of crds/).
     Crd,
     /// Run the operator.
-    Run(RunArgs),
+    Run(Box<RunArgs>),
 }
 
 #[derive(clap::Args)]
@@ -53,6 +54,18 @@ struct RunArgs {
     /// Address of the HTTP endpoint serving /metrics, /healthz and /readyz, or `off`.
     #[arg(long, env = "CONVEYOR_OPERATOR_HTTP_LISTEN", default_value = DEFAULT_HTTP_LISTEN)]
     http_listen: Listen,
+    /// Where the replication controller (failover) listens for brokers, or `off` (then every
+    /// group keeps classic, ordinal-based roles).
+    #[arg(
+        long,
+        env = "CONVEYOR_CONTROLLER_LISTEN",
+        default_value = "0.0.0.0:9878"
+    )]
+    controller_listen: Listen,
+    /// The controller's address as brokers reach it (`host:port`, usually the operator's
+    /// controller Service). Default: `conveyor-operator-controller.<POD_NAMESPACE>.svc:<port>`.
+    #[arg(long, env = "CONVEYOR_CONTROLLER_ADVERTISE")]
+    controller_advertise: Option<String>,
 }
 
 fn default_identity() -> String {
@@ -123,12 +136,35 @@ async fn main() -> anyhow::Result<()> {
                     },
                 )
             });
+            let failover = match (args.controller_listen, args.controller_advertise) {
+                (Listen::Off, _) => None,
+                (Listen::On(listen), Some(advertise)) => {
+                    Some(FailoverSettings { listen, advertise })
+                }
+                (Listen::On(listen), None) => match &args.lease_namespace {
+                    Some(ns) => Some(FailoverSettings {
+                        listen,
+                        advertise: format!(
+                            "conveyor-operator-controller.{ns}.svc:{}",
+                            listen.port()
+                        ),
+                    }),
+                    None => {
+                        tracing::warn!(
+                            "no --controller-advertise and no POD_NAMESPACE: brokers could not \
+                             reach the controller, so failover is off (classic roles)"
+                        );
+                        None
+                    }
+                },
+            };
             tracing::info!(%identity, namespace = ?args.namespace, "conveyor-operator starting");
             conveyor_operator::controller::run_leader_elected(
                 client,
                 args.namespace,
                 Some(identity),
                 elector,
+                failover,
                 telemetry,
             )
             .await;

@@ -50,6 +50,9 @@ pub async fn reconcile(mqc: Arc<MessageQueueCluster>, ctx: Arc<Context>) -> Resu
 async fn reconcile_inner(mqc: &MessageQueueCluster, ctx: &Context) -> Result<Action, Error> {
     let gate = plan::gate(mqc);
     if gate == Gate::Deleting {
+        if let Some(f) = &ctx.failover {
+            f.forget(&builders::scope(mqc));
+        }
         return Ok(Action::await_change());
     }
     let ns = builders::namespace(mqc);
@@ -63,10 +66,16 @@ async fn reconcile_inner(mqc: &MessageQueueCluster, ctx: &Context) -> Result<Act
         return Ok(outcome.action);
     }
 
+    // The controller first: brokers rendered for failover call it as soon as they start.
+    let controller = match &ctx.failover {
+        Some(f) => f.ensure(mqc, &ctx.env)?,
+        None => None,
+    };
     let existing = observe::existing_groups(&ctx.client, &ns, mqc).await?;
-    let plan = plan::plan(mqc, &existing);
+    let plan = plan::plan(mqc, &existing, &ctx.env);
     let observed = apply::apply_plan(&ctx.client, &ns, &plan, &existing).await?;
-    let outcome = status::status(mqc, &plan, &observed, Timestamp::now());
+    let decided = controller.map(|c| c.state());
+    let outcome = status::status(mqc, &plan, &observed, decided.as_ref(), Timestamp::now());
     apply::patch_status(ctx, &ns, &name, &outcome.status).await?;
     apply::publish(ctx, mqc, &outcome.notices).await;
     Ok(outcome.action)

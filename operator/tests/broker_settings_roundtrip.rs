@@ -90,6 +90,7 @@ fn cluster(
                 },
                 flush_mode: flush,
                 replication_mode: replication,
+                failover: Default::default(),
                 resources: None,
                 config,
             },
@@ -223,7 +224,12 @@ fn load_as_the_pod(
     pod_ip: &str,
     mount: &Path,
 ) -> Result<(AppConfig, conveyor_settings::Settings), SettingsError> {
-    let cm = broker_config_map(mqc, group).expect("renders");
+    let cm = broker_config_map(
+        mqc,
+        group,
+        &conveyor_operator::builders::OperatorEnv::default(),
+    )
+    .expect("renders");
     for (file, text) in cm.data.as_ref().unwrap() {
         std::fs::write(mount.join(file), text).unwrap();
     }
@@ -284,7 +290,16 @@ fn the_operators_model_is_the_brokers_file() {
     let mqc = cluster(FlushMode::Sync, ReplicationMode::Sync, every_override());
     let mount = tempfile::tempdir().unwrap();
     let (_, file) = load_as_the_pod(&mqc, 1, 2, "10.0.0.1", mount.path()).unwrap();
-    assert_eq!(file, broker_settings(&mqc, 1, 2).unwrap());
+    assert_eq!(
+        file,
+        broker_settings(
+            &mqc,
+            1,
+            2,
+            &conveyor_operator::builders::OperatorEnv::default()
+        )
+        .unwrap()
+    );
 }
 
 #[test]
@@ -297,7 +312,12 @@ fn unknown_keys_are_refused_by_operator_and_broker() {
         let mut config = BTreeMap::new();
         config.insert(key.to_string(), "3".to_string());
         let mqc = cluster(FlushMode::Async, ReplicationMode::Async, config);
-        let err = broker_config_map(&mqc, 0).unwrap_err();
+        let err = broker_config_map(
+            &mqc,
+            0,
+            &conveyor_operator::builders::OperatorEnv::default(),
+        )
+        .unwrap_err();
         assert!(
             matches!(err, ConfigError::UnknownKey { key: ref k, .. } if k == key),
             "{err}"
@@ -306,7 +326,12 @@ fn unknown_keys_are_refused_by_operator_and_broker() {
 
         // ...and the broker will not start with it written into its file by hand.
         let mqc = cluster(FlushMode::Async, ReplicationMode::Async, BTreeMap::new());
-        let cm = broker_config_map(&mqc, 0).unwrap();
+        let cm = broker_config_map(
+            &mqc,
+            0,
+            &conveyor_operator::builders::OperatorEnv::default(),
+        )
+        .unwrap();
         let text = &cm.data.as_ref().unwrap()["orders-broker-0-0.toml"];
         let needle = format!("[{section}]\n");
         let edited = text.replacen(&needle, &format!("{needle}{name} = 3\n"), 1);

@@ -99,7 +99,10 @@ SA_TOKEN=$(K create token conveyor-operator -n "$OPNS" --duration=3h)
 sed -e "s/token: admin-token/token: $SA_TOKEN/" "$KUBECONFIG" > "$D/kubeconfig-sa"
 check "ServiceAccount cannot read secrets or exec into pods" bash -c \
   "[ \"\$(kubectl --kubeconfig '$D/kubeconfig-sa' auth can-i list secrets -A)\" = no ] && [ \"\$(kubectl --kubeconfig '$D/kubeconfig-sa' auth can-i create pods/exec -A)\" = no ]"
-KUBECONFIG="$D/kubeconfig-sa" "$OPERATOR" run --lease-namespace "$OPNS" --identity e2e-operator > "$D/operator.log" 2>&1 &
+# The operator's replication controller (failover) on a free loopback port, given to brokers as is.
+CP=$(free_port)
+CONTROLLER_FLAGS=(--controller-listen "127.0.0.1:$CP" --controller-advertise "127.0.0.1:$CP")
+KUBECONFIG="$D/kubeconfig-sa" "$OPERATOR" run --lease-namespace "$OPNS" --identity e2e-operator "${CONTROLLER_FLAGS[@]}" > "$D/operator.log" 2>&1 &
 OP_PID=$!; PIDS+=("$OP_PID")
 
 UID_MQC=$(K get mqc demo -o jsonpath='{.metadata.uid}')
@@ -117,8 +120,9 @@ check "broker StatefulSets have a PVC template of 10Gi" test \
 check "headless name-server Service" test "$(K get svc demo-namesrv-headless -o jsonpath='{.spec.clusterIP}')" = None
 check "broker probes on /readyz and /healthz" test \
   "$(K get sts demo-broker-0 -o jsonpath='{.spec.template.spec.containers[0].readinessProbe.httpGet.path}{.spec.template.spec.containers[0].livenessProbe.httpGet.path}')" = "/readyz/healthz"
-check "ordinal 1 is a slave with broker-id 1" bash -c \
-  "kubectl get cm demo-broker-0-config -o jsonpath='{.data.demo-broker-0-1\.toml}' | grep -q 'broker-role = \"SLAVE\"' && kubectl get cm demo-broker-0-config -o jsonpath='{.data.demo-broker-0-1\.toml}' | grep -q 'broker-id = 1'"
+pod1_toml() { K get cm demo-broker-0-config -o jsonpath='{.data.demo-broker-0-1\.toml}'; }
+check "ordinal 1 has broker-id 1 and no fixed role: the operator's controller decides (failover)" bash -c \
+  "t=\$(kubectl get cm demo-broker-0-config -o jsonpath='{.data.demo-broker-0-1\.toml}'); grep -q 'broker-id = 1' <<<\"\$t\" && ! grep -q 'broker-role' <<<\"\$t\" && grep -q 'controller-addrs = \[\"127.0.0.1:$CP\"\]' <<<\"\$t\" && grep -q 'controller-scope = \"default/demo\"' <<<\"\$t\""
 
 status_current() {
   [ "$(K get mqc demo -o jsonpath='{.status.observedGeneration}')" = "$(K get mqc demo -o jsonpath='{.metadata.generation}')" ]
@@ -153,8 +157,10 @@ mark_ready() {
 mark_ready
 is_ready() { [ "$(cond Ready)/$(cond Reconciling)/$(cond Stalled)" = "True/False/False" ]; }
 wait_for 60 "Ready=True, Reconciling=False, Stalled=False" is_ready
-check "status: group pods, ready count and master" test \
-  "$(K get mqc demo -o jsonpath='{.status.groups[1].pods[1]}/{.status.groups[1].readyReplicas}/{.status.groups[1].master}')" = "demo-broker-1-1/2/demo-broker-1-0"
+check "status: group pods and ready count" test \
+  "$(K get mqc demo -o jsonpath='{.status.groups[1].pods[1]}/{.status.groups[1].readyReplicas}')" = "demo-broker-1-1/2"
+check "no broker registered with the controller yet: no master, not Degraded" test \
+  "$(K get mqc demo -o jsonpath='{.status.groups[1].master}')/$(cond Degraded)" = "/False"
 ready_event() { K get events.events.k8s.io -o jsonpath='{range .items[*]}{.type}/{.reason}{"\n"}{end}' | grep -q "Normal/Ready"; }
 wait_for 30 "Normal event Ready" ready_event
 
@@ -178,7 +184,14 @@ if [ -x "$CONVEYOR_BIN" ]; then
   "$CONVEYOR_BIN" broker --config "$D/broker.toml" --data-dir "$D/broker-data" --listen "127.0.0.1:$BP" \
     --http-listen "127.0.0.1:$HP" --advertised-addr "127.0.0.1:$BP" --namesrv-addr "127.0.0.1:$NP" > "$D/broker.log" 2>&1 &
   PIDS+=($!)
-  wait_for 30 "conveyor broker starts from the rendered slave config and is ready" curl -sf "http://127.0.0.1:$HP/readyz"
+  # The rendered file names the operator's controller: the broker registers there, in the
+  # cluster's scope, and is its group's first replica, so the controller makes it master.
+  wait_for 30 "conveyor broker starts from the rendered config and is ready" curl -sf "http://127.0.0.1:$HP/readyz"
+  master_is_1() { [ "$(K get mqc demo -o jsonpath='{.status.groups[0].master}/{.status.groups[0].epoch}/{.status.groups[0].inSyncReplicas[0]}')" = "demo-broker-0-1/1/demo-broker-0-1" ]; }
+  wait_for 60 "status: the controller made the registered broker master of epoch 1" master_is_1
+  saved_state() { K get cm demo-controller -o jsonpath='{.data.state\.json}' | grep -q '"masterEpoch":1'; }
+  check "controller state saved in ConfigMap demo-controller" saved_state
+  check "controller state ConfigMap owned by the cluster" owned_ok configmap demo-controller
 else
   skip "no $CONVEYOR_BIN although cargo build -p conveyor ran: rendered-config check skipped"
 fi
@@ -250,7 +263,7 @@ wait_for 120 "operator reconciles after the restart" cm_has sync
 check "operator process still running" kill -0 "$OP_PID"
 
 echo "-- second operator replica stays follower"
-KUBECONFIG="$D/kubeconfig-sa" "$OPERATOR" run --lease-namespace "$OPNS" --identity e2e-operator-2 > "$D/operator2.log" 2>&1 &
+KUBECONFIG="$D/kubeconfig-sa" "$OPERATOR" run --lease-namespace "$OPNS" --identity e2e-operator-2 "${CONTROLLER_FLAGS[@]}" > "$D/operator2.log" 2>&1 &
 OP2=$!; PIDS+=("$OP2"); sleep 6
 check "lease still held by the first replica" test "$(K get lease -n "$OPNS" conveyor-operator-leader -o jsonpath='{.spec.holderIdentity}')" = e2e-operator
 kill "$OP_PID"; wait "$OP_PID" 2>/dev/null || true
@@ -258,6 +271,15 @@ takeover() { [ "$(K get lease -n "$OPNS" conveyor-operator-leader -o jsonpath='{
 wait_for 40 "second replica takes over after the first stops" takeover
 K patch mqc demo --type merge -p '{"spec":{"broker":{"flushMode":"Async"}}}' >/dev/null
 wait_for 60 "new leader reconciles" cm_has async
+if [ -x "$CONVEYOR_BIN" ]; then
+  still_master() { [ "$(K get mqc demo -o jsonpath='{.status.groups[0].master}/{.status.groups[0].epoch}')" = "demo-broker-0-1/1" ]; }
+  wait_for 60 "the new leader's controller resumes from the saved state (same master, same epoch)" still_master
+  check "the broker is still ready (registered with the new leader)" curl -sf "http://127.0.0.1:$HP/readyz"
+fi
+
+echo "-- the controller state is compare-and-set (two controllers on one ConfigMap)"
+check "cargo test controller_state against the API server" quiet \
+  cargo test -q -p conveyor-operator --test controller_state -- --ignored
 
 echo "-- deletion"
 K delete mqc demo --wait=true --timeout=30s >/dev/null

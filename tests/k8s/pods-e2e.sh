@@ -23,6 +23,7 @@ T0=$(date +%s)
 PASS=0; FAIL=0
 ok()  { echo "  ok   $*"; PASS=$((PASS+1)); }
 bad() { echo "  FAIL $*"; FAIL=$((FAIL+1)); }
+check() { local what=$1; shift; if "$@"; then ok "$what"; else bad "$what"; fi; }
 fatal() { echo "  FAIL $*"; echo "== pods: $PASS passed, $((FAIL+1)) failed"; exit 1; }
 
 if [ "$(id -u)" != 0 ]; then
@@ -220,7 +221,11 @@ K apply -f "$D/pvs.yaml" >/dev/null && ok "static hostPath PVs created"
 echo "== real pods: the operator and a cluster"
 K apply --server-side -f crds/ >/dev/null
 K wait --for=condition=Established crd/messagequeueclusters.conveyor.dev --timeout=30s >/dev/null
-"$OPERATOR" run --lease-namespace default --identity pods-operator > "$D/operator.log" 2>&1 &
+# The operator runs on the host: its replication controller listens on the bridge's gateway
+# address, which the broker pods reach.
+CTRL_PORT=$(free_port)
+"$OPERATOR" run --lease-namespace default --identity pods-operator \
+  --controller-listen "$NET.1:$CTRL_PORT" --controller-advertise "$NET.1:$CTRL_PORT" > "$D/operator.log" 2>&1 &
 PIDS+=($!)
 cat > "$D/mqc.yaml" <<EOF
 apiVersion: conveyor.dev/v1alpha1
@@ -236,7 +241,7 @@ spec:
     groups: 1
     replicasPerGroup: 2
     flushMode: Async
-    replicationMode: Async
+    replicationMode: Sync
     storage: {size: 1Gi}
     resources: {requests: {cpu: 50m, memory: 64Mi}, limits: {memory: 1Gi}}
     config:
@@ -256,6 +261,10 @@ fi
 K get pods -o wide | sed 's/^/    /'
 mqc_ready() { [ "$(K get mqc pods -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}')" = True ]; }
 wait_for 120 "MessageQueueCluster Ready=True" mqc_ready
+group_status() { K get mqc pods -o jsonpath='{.status.groups[0].master}/{.status.groups[0].epoch}/{.status.groups[0].inSyncReplicas}'; }
+both_in_sync() { [[ "$(group_status)" == pods-broker-0-*/*/*pods-broker-0-0*pods-broker-0-1* ]]; }
+wait_for 120 "the operator's controller elected a master and both replicas are in sync" both_in_sync
+echo "    group: $(group_status)"
 
 echo "== real pods: a Java client on the host"
 "$ROOT/tests/compat/fetch.sh" >/dev/null 2>&1 || true
@@ -271,22 +280,37 @@ if [ -n "$CP" ] && [ -n "$NS_IP" ]; then
   PRODUCER=$!
   acked() { [ "$(wc -l < "$D/ledger/ok" 2>/dev/null || echo 0)" -ge 200 ]; }
   wait_for 120 "the Java producer got 200 SEND_OK from the broker pods" acked
-  # A broker container killed with SIGKILL: the kubelet restarts it.
-  master=$(K get pod pods-broker-0-0 -o jsonpath='{.status.containerStatuses[0].containerID}' | sed 's#.*//##')
-  restarts0=$(K get pod pods-broker-0-0 -o jsonpath='{.status.containerStatuses[0].restartCount}')
+  # The master's container killed with SIGKILL: the operator promotes the in-sync slave, the
+  # kubelet restarts the container, and the old master rejoins as a slave.
+  MASTER_POD=$(K get mqc pods -o jsonpath='{.status.groups[0].master}')
+  EPOCH0=$(K get mqc pods -o jsonpath='{.status.groups[0].epoch}')
+  case "$MASTER_POD" in pods-broker-0-0) OTHER=pods-broker-0-1 ;; *) OTHER=pods-broker-0-0 ;; esac
+  master=$(K get pod "$MASTER_POD" -o jsonpath='{.status.containerStatuses[0].containerID}' | sed 's#.*//##')
+  restarts0=$(K get pod "$MASTER_POD" -o jsonpath='{.status.containerStatuses[0].restartCount}')
   pid=$(ctr -a "$SOCK" -n k8s.io task ls | awk -v id="$master" '$1 == id {print $2}')
   if [ -n "$pid" ]; then
+    KILLED_AT=$(date +%s%3N)
     kill -9 "$pid"
+    promoted() { [ "$(K get mqc pods -o jsonpath='{.status.groups[0].master}/{.status.groups[0].epoch}')" = "$OTHER/$((EPOCH0 + 1))" ]; }
+    wait_for 60 "the operator promoted $OTHER in epoch $((EPOCH0 + 1)) (status)" promoted
+    echo "    promotion reported $(( $(date +%s%3N) - KILLED_AT )) ms after the kill; $(group_status)"
+    promoted_event() { K get events.events.k8s.io -o jsonpath='{range .items[*]}{.reason}: {.note}{"\n"}{end}' | grep -q "MasterPromoted: pods-broker-0: $OTHER is master in epoch $((EPOCH0 + 1))"; }
+    wait_for 30 "a MasterPromoted event names the new master and epoch" promoted_event
     restarted() {
-      [ "$(K get pod pods-broker-0-0 -o jsonpath='{.status.containerStatuses[0].restartCount}')" -gt "$restarts0" ] &&
-        [ "$(K get pod pods-broker-0-0 -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}')" = True ]
+      [ "$(K get pod "$MASTER_POD" -o jsonpath='{.status.containerStatuses[0].restartCount}')" -gt "$restarts0" ] &&
+        [ "$(K get pod "$MASTER_POD" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}')" = True ]
     }
-    wait_for 180 "the broker container killed with SIGKILL is restarted by the kubelet and Ready again" restarted
+    wait_for 180 "the killed broker container is restarted by the kubelet and Ready again" restarted
+    wait_for 120 "the restarted former master rejoined as a slave and is in sync again (master still $OTHER)" \
+      bash -c "[[ \"\$(kubectl get mqc pods -o jsonpath='{.status.groups[0].master}/{.status.groups[0].inSyncReplicas}')\" == $OTHER/*pods-broker-0-0*pods-broker-0-1* ]]"
+    degraded=$(K get mqc pods -o jsonpath='{.status.conditions[?(@.type=="Degraded")].status}')
+    check "not Degraded after the failover" test "$degraded" = False
   else bad "no task for the master container $master"; fi
   base=$(wc -l < "$D/ledger/ok")
   more() { [ "$(wc -l < "$D/ledger/ok")" -ge $((base + 200)) ]; }
   wait_for 120 "the producer goes on after the restart (200 more SEND_OK)" more
   touch "$D/ledger/stop"; wait "$PRODUCER" || true
+  echo "    $(cat "$D/producer.out")"
   java_run drain "$NS_IP:9876" PodsTopic "$D/ledger" > "$D/drain.out" 2>"$D/drain.log" || true
   missing=$(comm -23 <(sort -u "$D/ledger/ok") <(sort -u "$D/ledger/seen" 2>/dev/null) | wc -l)
   if [ "$missing" = 0 ]; then ok "a Java consumer received every SEND_OK message ($(wc -l < "$D/ledger/ok"))"

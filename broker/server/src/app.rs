@@ -74,7 +74,7 @@ pub enum StartError {
     Panicked,
     /// The controller's state could not be read.
     #[error("controller state: {0}")]
-    Controller(crate::broker::config_file::ConfigFileError),
+    Controller(crate::controller::state_store::StateStoreError),
 }
 
 /// A running process.
@@ -133,7 +133,7 @@ pub async fn start(mut cfg: AppConfig) -> Result<Running, StartError> {
             source,
         })?;
         let store = crate::controller::state_store::FileStateStore::new(&cfg.store.root)
-            .map_err(StartError::Controller)?;
+            .map_err(|e| StartError::Controller(e.into()))?;
         let controller = Arc::new(
             crate::controller::Controller::open(cfg.controller.clone(), Box::new(store))
                 .map_err(StartError::Controller)?,

@@ -453,6 +453,11 @@ fn replication_settings(role: BrokerRole, r: &ReplicationSection) -> Replication
             .metadata_sync_interval_ms
             .unwrap_or(d.metadata_sync_interval_ms),
         controller_addrs: r.controller_addrs.clone().unwrap_or(d.controller_addrs),
+        controller_scope: r
+            .controller_scope
+            .clone()
+            .filter(|s| !s.is_empty())
+            .or(d.controller_scope),
         controller_heartbeat_ms: r
             .controller_heartbeat_ms
             .unwrap_or(d.controller_heartbeat_ms),

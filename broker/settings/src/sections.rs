@@ -247,6 +247,11 @@ section! {
         /// controller names it master (`controllerAddr`). Default: none (roles from
         /// `broker-role`).
         pub controller_addrs: Vec<String>,
+        /// `controller-scope`: which of the controller's clusters this broker belongs to, sent with
+        /// every controller request (Conveyor's `controllerScope` field). One controller (the
+        /// operator's) can then decide for several clusters whose broker names repeat; the
+        /// operator sets it to `<namespace>/<cluster>`. Default: none.
+        pub controller_scope: String,
         /// `controller-heartbeat-ms`: how often the broker heartbeats to its controller
         /// (`brokerHeartbeatInterval`). Default `1000`.
         pub controller_heartbeat_ms: u64,

@@ -19,6 +19,7 @@ use kube::ResourceExt;
 
 use crate::crd::MessageQueueCluster;
 
+use super::common::OperatorEnv;
 use super::common::{
     common_pod_spec, container_ports, container_security, field_env, hash, http_probe, labels,
     names, namespace, owner_reference, selector_labels, Component, BROKER_PORT, CONFIG_DIR,
@@ -37,14 +38,18 @@ fn meta(mqc: &MessageQueueCluster, name: String, group: i32) -> ObjectMeta {
 }
 
 /// The group's ConfigMap: key `<pod-name>.toml` for every ordinal.
-pub fn broker_config_map(mqc: &MessageQueueCluster, group: i32) -> Result<ConfigMap, ConfigError> {
+pub fn broker_config_map(
+    mqc: &MessageQueueCluster,
+    group: i32,
+    env: &OperatorEnv,
+) -> Result<ConfigMap, ConfigError> {
     let cluster = mqc.name_any();
     let sts = names::broker_group(&cluster, group);
     let mut data = BTreeMap::new();
     for ordinal in 0..mqc.spec.broker.replicas_per_group.max(1) {
         data.insert(
             format!("{}.toml", names::pod(&sts, ordinal)),
-            render_broker_toml(mqc, group, ordinal)?,
+            render_broker_toml(mqc, group, ordinal, env)?,
         );
     }
     Ok(ConfigMap {

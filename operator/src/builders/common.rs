@@ -236,3 +236,43 @@ pub(super) fn pod_security() -> PodSecurityContext {
         ..Default::default()
     }
 }
+
+/// What the rendering needs from the operator itself rather than from a cluster's spec.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct OperatorEnv {
+    /// Where brokers reach the operator's replication controller (`host:port`); `None` when
+    /// the operator runs without one (then every group keeps classic, ordinal-based roles).
+    pub controller_addr: Option<String>,
+}
+
+/// The controller settings of one cluster's brokers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ControllerTarget {
+    /// The controller's address.
+    pub addr: String,
+    /// The cluster's scope at the controller: `<namespace>/<name>`.
+    pub scope: String,
+}
+
+impl OperatorEnv {
+    /// The controller that decides `mqc`'s roles: only under `spec.broker.failover.enabled`,
+    /// with two or more replicas per group, and when the operator runs a controller.
+    pub fn controller_for(&self, mqc: &MessageQueueCluster) -> Option<ControllerTarget> {
+        let broker = &mqc.spec.broker;
+        let addr = self.controller_addr.as_ref()?;
+        (broker.failover.enabled && broker.replicas_per_group >= 2).then(|| ControllerTarget {
+            addr: addr.clone(),
+            scope: scope(mqc),
+        })
+    }
+}
+
+/// A cluster's scope at the operator's controller: `<namespace>/<name>` (broker names repeat
+/// across namespaces; the scope keeps their groups apart).
+pub fn scope(mqc: &MessageQueueCluster) -> String {
+    format!(
+        "{}/{}",
+        namespace(mqc),
+        mqc.metadata.name.as_deref().unwrap_or_default()
+    )
+}

@@ -11,6 +11,8 @@ use conveyor_settings::{
 
 use crate::crd::{FlushMode, MessageQueueCluster, ReplicationMode};
 
+use super::common::OperatorEnv;
+
 use super::common::{names, namespace, BROKER_PORT, DATA_DIR, HTTP_PORT};
 use super::nameserver::name_server_addresses;
 
@@ -163,10 +165,12 @@ pub fn broker_settings(
     mqc: &MessageQueueCluster,
     group: i32,
     ordinal: i32,
+    env: &OperatorEnv,
 ) -> Result<Settings, ConfigError> {
     let cluster = mqc.metadata.name.clone().unwrap_or_default();
     let broker = &mqc.spec.broker;
     let role = BrokerRole::for_ordinal(ordinal, broker.replication_mode);
+    let controller = env.controller_for(mqc);
     let mut broker_entries = Vec::new();
     let mut store_entries = Vec::new();
     let mut replication_entries = Vec::new();
@@ -186,7 +190,8 @@ pub fn broker_settings(
             cluster_name: Some(cluster.clone()),
             broker_name: Some(names::broker_group(&cluster, group)),
             broker_id: Some(ordinal.into()),
-            broker_role: Some(role.into()),
+            // Under failover the controller decides the role.
+            broker_role: controller.is_none().then(|| role.into()),
             namesrv_addrs: Some(
                 name_server_addresses(mqc)
                     .split(';')
@@ -203,13 +208,22 @@ pub fn broker_settings(
         http: HttpSection {
             listen: Some(format!("0.0.0.0:{HTTP_PORT}")),
         },
-        // A SYNC_MASTER waits for every replica of its group (the in-sync set is the whole
-        // group until the controller manages it). Slaves learn the master's replication
-        // address from the name server.
-        replication: ReplicationSection {
-            in_sync_replicas: (role == BrokerRole::SyncMaster)
-                .then(|| broker.replicas_per_group.max(1) as usize),
-            ..Default::default()
+        // Classic roles: a SYNC_MASTER waits for every replica of its group; slaves learn the
+        // master's replication address from the name server. Failover: the operator's
+        // controller names the master and keeps the in-sync set, which a master waits for
+        // under Sync replication; every request carries the cluster's scope.
+        replication: match &controller {
+            None => ReplicationSection {
+                in_sync_replicas: (role == BrokerRole::SyncMaster)
+                    .then(|| broker.replicas_per_group.max(1) as usize),
+                ..Default::default()
+            },
+            Some(c) => ReplicationSection {
+                controller_addrs: Some(vec![c.addr.clone()]),
+                controller_scope: Some(c.scope.clone()),
+                synchronous: Some(broker.replication_mode == ReplicationMode::Sync),
+                ..Default::default()
+            },
         },
         controller: Default::default(),
     };
@@ -228,16 +242,20 @@ pub fn render_broker_toml(
     mqc: &MessageQueueCluster,
     group: i32,
     ordinal: i32,
+    env: &OperatorEnv,
 ) -> Result<String, ConfigError> {
-    let settings = broker_settings(mqc, group, ordinal)?;
+    let settings = broker_settings(mqc, group, ordinal, env)?;
     let cluster = mqc.metadata.name.clone().unwrap_or_default();
-    let role = BrokerRole::for_ordinal(ordinal, mqc.spec.broker.replication_mode);
+    let role = match env.controller_for(mqc) {
+        Some(_) => "role decided by the operator's controller (failover)",
+        None => BrokerRole::for_ordinal(ordinal, mqc.spec.broker.replication_mode).as_str(),
+    };
     Ok(format!(
         "# Rendered by conveyor-operator for MessageQueueCluster {}/{cluster}; changes are overwritten.\n\
          # Pod {} (ordinal {ordinal}): {}. advertised-addr is passed as a flag (the pod IP).\n{}",
         namespace(mqc),
         names::pod(&names::broker_group(&cluster, group), ordinal),
-        role.as_str(),
+        role,
         settings.to_toml()
     ))
 }

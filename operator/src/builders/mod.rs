@@ -15,9 +15,9 @@ pub use nameserver::{
 };
 
 pub use common::{
-    hash, labels, names, namespace, owner_reference, selector_labels, Component, BROKER_PORT,
-    CONFIG_DIR, CONFIG_HASH_ANNOTATION, CONVEYOR_BIN, DATA_DIR, GROUP_LABEL, HTTP_PORT,
-    NAMESRV_PORT, RUN_AS_USER,
+    hash, labels, names, namespace, owner_reference, scope, selector_labels, Component,
+    ControllerTarget, OperatorEnv, BROKER_PORT, CONFIG_DIR, CONFIG_HASH_ANNOTATION, CONVEYOR_BIN,
+    DATA_DIR, GROUP_LABEL, HTTP_PORT, NAMESRV_PORT, RUN_AS_USER,
 };
 pub use placement::{spread_affinity, HOSTNAME_KEY};
 

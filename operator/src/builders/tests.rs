@@ -32,6 +32,7 @@ pub(crate) fn cluster(groups: i32, replicas: i32) -> MessageQueueCluster {
                 },
                 flush_mode: FlushMode::Async,
                 replication_mode: ReplicationMode::Async,
+                failover: Default::default(),
                 resources: None,
                 config: BTreeMap::new(),
             },
@@ -50,7 +51,7 @@ fn parse(toml_text: &str) -> toml::Table {
 }
 
 fn pod_config(mqc: &MessageQueueCluster, group: i32, ordinal: i32) -> toml::Table {
-    let cm = broker_config_map(mqc, group).unwrap();
+    let cm = broker_config_map(mqc, group, &crate::builders::OperatorEnv::default()).unwrap();
     let key = format!("orders-broker-{group}-{ordinal}.toml");
     parse(&cm.data.unwrap()[&key])
 }
@@ -91,7 +92,7 @@ fn replication_mode_reaches_the_master_role() {
 fn ordinals_map_to_broker_ids_and_roles() {
     let mqc = cluster(2, 3);
     for group in 0..2 {
-        let cm = broker_config_map(&mqc, group).unwrap();
+        let cm = broker_config_map(&mqc, group, &crate::builders::OperatorEnv::default()).unwrap();
         assert_eq!(cm.data.as_ref().unwrap().len(), 3, "one file per pod");
         for ordinal in 0..3 {
             let c = pod_config(&mqc, group, ordinal);
@@ -165,7 +166,7 @@ fn config_overrides_are_rendered_and_bad_values_rejected() {
         .broker
         .config
         .insert("broker.delay-levels".into(), "1s 5s".into());
-    let err = broker_config_map(&mqc, 0).unwrap_err();
+    let err = broker_config_map(&mqc, 0, &crate::builders::OperatorEnv::default()).unwrap_err();
     assert!(
         matches!(err, ConfigError::BadValue { ref key, .. } if key == "broker.delay-levels"),
         "{err}"
@@ -176,7 +177,7 @@ fn config_overrides_are_rendered_and_bad_values_rejected() {
 fn config_hash_changes_with_the_config_and_only_then() {
     let mqc = cluster(1, 1);
     let hash_of = |m: &MessageQueueCluster| {
-        let cm = broker_config_map(m, 0).unwrap();
+        let cm = broker_config_map(m, 0, &crate::builders::OperatorEnv::default()).unwrap();
         broker_statefulset(m, 0, &cm)
             .spec
             .unwrap()
@@ -206,7 +207,7 @@ fn broker_statefulset_has_storage_probes_and_security() {
         requests: Some([("cpu".to_string(), Quantity("500m".into()))].into()),
         ..Default::default()
     });
-    let cm = broker_config_map(&mqc, 1).unwrap();
+    let cm = broker_config_map(&mqc, 1, &crate::builders::OperatorEnv::default()).unwrap();
     let sts = broker_statefulset(&mqc, 1, &cm);
     assert_eq!(sts.metadata.name.as_deref(), Some("orders-broker-1"));
     assert_eq!(sts.metadata.namespace.as_deref(), Some("mq"));
@@ -296,7 +297,7 @@ fn placement_passes_through_to_every_pod() {
         node_selector: [("pool".to_string(), "mq".to_string())].into(),
         rack: None,
     };
-    let cm = broker_config_map(&mqc, 0).unwrap();
+    let cm = broker_config_map(&mqc, 0, &crate::builders::OperatorEnv::default()).unwrap();
     for pod in [
         broker_statefulset(&mqc, 0, &cm)
             .spec
@@ -349,7 +350,7 @@ fn spread_terms(pod: &PodSpec) -> Vec<(String, BTreeMap<String, String>)> {
 #[test]
 fn a_groups_replicas_prefer_different_nodes_and_with_rack_awareness_different_zones() {
     let mut mqc = cluster(2, 2);
-    let cm = broker_config_map(&mqc, 1).unwrap();
+    let cm = broker_config_map(&mqc, 1, &crate::builders::OperatorEnv::default()).unwrap();
     let pod = |mqc: &MessageQueueCluster| {
         broker_statefulset(mqc, 1, &cm)
             .spec
@@ -408,7 +409,7 @@ fn a_groups_replicas_prefer_different_nodes_and_with_rack_awareness_different_zo
 #[test]
 fn names_labels_and_owner_references_are_stable() {
     let mqc = cluster(3, 1);
-    let cm = broker_config_map(&mqc, 2).unwrap();
+    let cm = broker_config_map(&mqc, 2, &crate::builders::OperatorEnv::default()).unwrap();
     assert_eq!(cm.metadata.name.as_deref(), Some("orders-broker-2-config"));
     let sts = broker_statefulset(&mqc, 2, &cm);
     let sel = sts
@@ -451,7 +452,7 @@ fn names_labels_and_owner_references_are_stable() {
     let mut changed = mqc.clone();
     changed.spec.broker.flush_mode = FlushMode::Sync;
     changed.spec.image = "localhost/conveyor:next".into();
-    let cm2 = broker_config_map(&changed, 2).unwrap();
+    let cm2 = broker_config_map(&changed, 2, &crate::builders::OperatorEnv::default()).unwrap();
     let sts2 = broker_statefulset(&changed, 2, &cm2);
     assert_eq!(
         sts2.spec.unwrap().selector,
@@ -522,7 +523,7 @@ fn config_overrides_must_be_broker_settings() {
     let with = |key: &str, value: &str| {
         let mut mqc = cluster(1, 1);
         mqc.spec.broker.config.insert(key.into(), value.into());
-        broker_config_map(&mqc, 0)
+        broker_config_map(&mqc, 0, &crate::builders::OperatorEnv::default())
     };
     let err = with("broker.auto-create-topics", "false").unwrap_err();
     assert!(
@@ -561,7 +562,13 @@ fn config_overrides_must_be_broker_settings() {
 
 #[test]
 fn rendered_config_is_the_documented_text() {
-    let text = render_broker_toml(&cluster(1, 2), 0, 1).unwrap();
+    let text = render_broker_toml(
+        &cluster(1, 2),
+        0,
+        1,
+        &crate::builders::OperatorEnv::default(),
+    )
+    .unwrap();
     assert_eq!(
         text,
         r#"# Rendered by conveyor-operator for MessageQueueCluster mq/orders; changes are overwritten.
@@ -582,4 +589,35 @@ flush-mode = "async"
 listen = "0.0.0.0:8080"
 "#
     );
+}
+
+#[test]
+fn failover_renders_the_controller_and_no_fixed_role() {
+    let env = crate::builders::OperatorEnv {
+        controller_addr: Some("conveyor-operator-controller.ops.svc:9878".into()),
+    };
+    let settings = broker_settings(&cluster(1, 2), 0, 1, &env).unwrap();
+    assert_eq!(settings.broker.broker_role, None);
+    assert_eq!(settings.broker.broker_id, Some(1));
+    assert_eq!(
+        settings.replication.controller_addrs,
+        Some(vec!["conveyor-operator-controller.ops.svc:9878".to_string()])
+    );
+    assert_eq!(
+        settings.replication.controller_scope.as_deref(),
+        Some("mq/orders")
+    );
+    assert_eq!(settings.replication.synchronous, Some(false));
+    // One replica per group, failover off, or no controller: classic roles by ordinal.
+    let mut off = cluster(1, 2);
+    off.spec.broker.failover.enabled = false;
+    for (mqc, env) in [
+        (cluster(1, 1), env.clone()),
+        (off, env.clone()),
+        (cluster(1, 2), crate::builders::OperatorEnv::default()),
+    ] {
+        let s = broker_settings(&mqc, 0, 0, &env).unwrap();
+        assert!(s.broker.broker_role.is_some());
+        assert_eq!(s.replication.controller_addrs, None);
+    }
 }

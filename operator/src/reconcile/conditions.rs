@@ -29,6 +29,9 @@ pub enum ConditionType {
     Stalled,
     /// The pause annotation is set; nothing is applied.
     Paused,
+    /// A broker group under failover has no master: it takes no writes until an in-sync
+    /// replica returns (or unclean promotion is allowed).
+    Degraded,
 }
 
 impl ConditionType {
@@ -39,6 +42,7 @@ impl ConditionType {
             ConditionType::Reconciling => "Reconciling",
             ConditionType::Stalled => "Stalled",
             ConditionType::Paused => "Paused",
+            ConditionType::Degraded => "Degraded",
         }
     }
 }
@@ -73,6 +77,10 @@ pub enum Reason {
     StorageChangeRefused,
     /// Refusal: a `broker.config` override does not render.
     InvalidConfig,
+    /// `Degraded=False`: every group under failover has a master.
+    MastersElected,
+    /// `Degraded=True`: a group under failover has no live in-sync replica to promote.
+    NoInSyncReplica,
 }
 
 impl Reason {
@@ -89,6 +97,8 @@ impl Reason {
             Reason::GroupScaleDownRefused => "GroupScaleDownRefused",
             Reason::StorageChangeRefused => "StorageChangeRefused",
             Reason::InvalidConfig => "InvalidConfig",
+            Reason::MastersElected => "MastersElected",
+            Reason::NoInSyncReplica => "NoInSyncReplica",
         }
     }
 }
@@ -103,6 +113,10 @@ impl fmt::Display for Reason {
 pub const ACTION_RECONCILE: &str = "Reconcile";
 /// Event `action` of the event announcing a pause.
 pub const ACTION_PAUSE: &str = "Pause";
+/// Event `action` of the event announcing a promotion.
+pub const ACTION_FAILOVER: &str = "Failover";
+/// Event `reason` of a promotion: a group has a new master in a new epoch.
+pub const MASTER_PROMOTED: &str = "MasterPromoted";
 
 #[cfg(test)]
 mod tests {

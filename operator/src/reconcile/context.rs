@@ -10,8 +10,9 @@ use std::time::Duration;
 use kube::runtime::events::{Recorder, Reporter};
 use kube::{Client, ResourceExt};
 
-use crate::builders;
+use crate::builders::{self, OperatorEnv};
 use crate::crd::MessageQueueCluster;
+use crate::failover::{Failover, FailoverError};
 use crate::telemetry::Metrics;
 
 /// The one field manager of every apply.
@@ -34,6 +35,9 @@ pub enum Error {
     /// An object (the cluster or a desired object) has no `metadata.name`.
     #[error("object has no name")]
     MissingName,
+    /// The cluster's replication controller could not load its state.
+    #[error(transparent)]
+    Failover(#[from] FailoverError),
 }
 
 impl Error {
@@ -55,6 +59,7 @@ impl Error {
                 ("client", reason.into())
             }
             Error::MissingName => ("object", "MissingName".into()),
+            Error::Failover(_) => ("failover", "StateUnavailable".into()),
         }
     }
 }
@@ -69,6 +74,10 @@ pub struct Context {
     pub metrics: Arc<Metrics>,
     /// Consecutive failures per object, for the error backoff.
     failures: Mutex<HashMap<String, u32>>,
+    /// What rendering needs from the operator (the controller's address).
+    pub env: OperatorEnv,
+    /// The replication controllers of clusters under failover, when the operator runs them.
+    pub failover: Option<Arc<Failover>>,
 }
 
 impl Context {
@@ -83,7 +92,16 @@ impl Context {
             client,
             metrics: Arc::new(Metrics::new()),
             failures: Mutex::new(HashMap::new()),
+            env: OperatorEnv::default(),
+            failover: None,
         }
+    }
+
+    /// Runs failover with `failover`, whose controller brokers reach at `controller_addr`.
+    pub fn with_failover(mut self, failover: Arc<Failover>, controller_addr: String) -> Self {
+        self.env.controller_addr = Some(controller_addr);
+        self.failover = Some(failover);
+        self
     }
 
     /// Records into `metrics` instead of the context's own.

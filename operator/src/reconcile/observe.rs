@@ -63,7 +63,9 @@ mod tests {
     use crate::builders::tests::cluster;
 
     fn group(mqc: &MessageQueueCluster, g: i32) -> StatefulSet {
-        let cm = crate::builders::broker_config_map(mqc, g).unwrap();
+        let cm =
+            crate::builders::broker_config_map(mqc, g, &crate::builders::OperatorEnv::default())
+                .unwrap();
         crate::builders::broker_statefulset(mqc, g, &cm)
     }
 

@@ -9,7 +9,7 @@ use kube::ResourceExt;
 
 use super::conditions::Reason;
 use super::observe::ExistingGroups;
-use crate::builders::{self, names};
+use crate::builders::{self, names, OperatorEnv};
 use crate::crd::MessageQueueCluster;
 
 /// What kind of reconcile a cluster gets, decided from the object alone.
@@ -176,13 +176,13 @@ pub fn find_stalls(mqc: &MessageQueueCluster, existing: &ExistingGroups) -> (Vec
 }
 
 /// Plans the reconcile of an active cluster given the broker groups that exist.
-pub fn plan(mqc: &MessageQueueCluster, existing: &ExistingGroups) -> Plan {
+pub fn plan(mqc: &MessageQueueCluster, existing: &ExistingGroups, env: &OperatorEnv) -> Plan {
     let (mut stalls, frozen) = find_stalls(mqc, existing);
 
     // Render every group's configuration first: a bad override stalls the brokers as a whole.
     let mut configs = Vec::new();
     for g in 0..mqc.spec.broker.groups {
-        match builders::broker_config_map(mqc, g) {
+        match builders::broker_config_map(mqc, g, env) {
             Ok(cm) => configs.push((g, cm)),
             Err(e) => {
                 stalls.push(Stall {
@@ -235,7 +235,8 @@ mod tests {
     use crate::crd::PAUSE_ANNOTATION;
 
     fn group(mqc: &MessageQueueCluster, g: i32) -> StatefulSet {
-        let cm = builders::broker_config_map(mqc, g).unwrap();
+        let cm =
+            builders::broker_config_map(mqc, g, &crate::builders::OperatorEnv::default()).unwrap();
         builders::broker_statefulset(mqc, g, &cm)
     }
 
@@ -267,7 +268,7 @@ mod tests {
     #[test]
     fn a_fresh_cluster_applies_every_group() {
         let mqc = cluster(3, 2);
-        let p = plan(&mqc, &BTreeMap::new());
+        let p = plan(&mqc, &BTreeMap::new(), &OperatorEnv::default());
         assert!(!p.stalled());
         assert_eq!(applied(&p), [(0, true), (1, true), (2, true)]);
         assert_eq!(p.groups[2].name, "orders-broker-2");
@@ -285,7 +286,11 @@ mod tests {
 
     #[test]
     fn scale_down_is_refused_and_the_extra_groups_are_not_planned() {
-        let p = plan(&cluster(1, 1), &existing(&cluster(3, 1), 3));
+        let p = plan(
+            &cluster(1, 1),
+            &existing(&cluster(3, 1), 3),
+            &OperatorEnv::default(),
+        );
         assert_eq!(p.stalls.len(), 1);
         assert_eq!(p.stalls[0].reason, Reason::GroupScaleDownRefused);
         assert!(
@@ -306,7 +311,7 @@ mod tests {
         let old = cluster(2, 1);
         let mut bigger = cluster(3, 1);
         bigger.spec.broker.storage.size = "20Gi".into();
-        let p = plan(&bigger, &existing(&old, 2));
+        let p = plan(&bigger, &existing(&old, 2), &OperatorEnv::default());
         let reasons: Vec<_> = p.stalls.iter().map(|s| s.reason).collect();
         assert_eq!(
             reasons,
@@ -321,7 +326,7 @@ mod tests {
         let old = cluster(1, 1);
         let mut unset = cluster(1, 1);
         unset.spec.broker.storage.storage_class_name = None;
-        assert!(!plan(&unset, &existing(&old, 1)).stalled());
+        assert!(!plan(&unset, &existing(&old, 1), &OperatorEnv::default()).stalled());
     }
 
     #[test]
@@ -331,7 +336,7 @@ mod tests {
             .broker
             .config
             .insert("broker.delay-levels".into(), "1s 5s".into());
-        let p = plan(&mqc, &BTreeMap::new());
+        let p = plan(&mqc, &BTreeMap::new(), &OperatorEnv::default());
         assert!(p.groups.is_empty());
         assert_eq!(p.stalls[0].reason, Reason::InvalidConfig);
         assert!(p.stalls[0].message.contains("broker.delay-levels"));

@@ -11,7 +11,12 @@ use k8s_openapi::jiff::Timestamp;
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 
-use super::conditions::{status_str, ConditionType, Reason, ACTION_PAUSE, ACTION_RECONCILE, TRUE};
+use conveyor::controller::decide::{ControllerState, GroupState};
+
+use super::conditions::{
+    status_str, ConditionType, Reason, ACTION_FAILOVER, ACTION_PAUSE, ACTION_RECONCILE,
+    MASTER_PROMOTED, TRUE,
+};
 use super::context::{IDLE_REQUEUE, PROGRESS_REQUEUE};
 use super::plan::Plan;
 use crate::builders::{self, names};
@@ -156,6 +161,7 @@ pub fn status(
     mqc: &MessageQueueCluster,
     plan: &Plan,
     observed: &Observed,
+    failover: Option<&ControllerState>,
     now: Timestamp,
 ) -> Outcome {
     let generation = mqc.metadata.generation;
@@ -164,6 +170,8 @@ pub fn status(
 
     let mut all_ready = statefulset_ready(&observed.name_server);
     let mut groups = Vec::new();
+    let mut promotions = Vec::new();
+    let mut masterless = Vec::new();
     for g in &plan.groups {
         let sts = observed.groups.get(&g.index);
         all_ready &= sts.is_some_and(statefulset_ready);
@@ -171,12 +179,31 @@ pub fn status(
             .and_then(|s| s.spec.as_ref())
             .and_then(|s| s.replicas)
             .unwrap_or(mqc.spec.broker.replicas_per_group);
-        groups.push(BrokerGroupStatus {
-            pods: (0..replicas).map(|i| names::pod(&g.name, i)).collect(),
-            ready_replicas: sts.map(ready_replicas).unwrap_or(0),
-            // Ordinal 0 is the master until failover promotion exists.
-            master: (replicas > 0).then(|| names::pod(&g.name, 0)),
-            name: g.name.clone(),
+        let old_group = old_status.groups.iter().find(|o| o.name == g.name);
+        let decided = failover.map(|f| f.groups.get(&g.name));
+        groups.push(match decided {
+            // Classic roles: ordinal 0 is the master.
+            None => BrokerGroupStatus {
+                pods: (0..replicas).map(|i| names::pod(&g.name, i)).collect(),
+                ready_replicas: sts.map(ready_replicas).unwrap_or(0),
+                master: (replicas > 0).then(|| names::pod(&g.name, 0)),
+                name: g.name.clone(),
+                ..Default::default()
+            },
+            // Failover: what the controller decided (nothing yet before a replica registers).
+            Some(group) => {
+                let s = failover_group(&g.name, replicas, group, old_group, now);
+                if let Some(n) = promotion(old_group, &s) {
+                    promotions.push(n);
+                }
+                if group.is_some_and(|d| d.master.is_none()) {
+                    masterless.push(g.name.clone());
+                }
+                BrokerGroupStatus {
+                    ready_replicas: sts.map(ready_replicas).unwrap_or(0),
+                    ..s
+                }
+            }
         });
     }
     all_ready &= plan.groups.len() as i32 == mqc.spec.broker.groups;
@@ -229,6 +256,31 @@ pub fn status(
         ),
         cond(ConditionType::Stalled, stalled, stall_reason, stall_message),
     ];
+    if failover.is_some()
+        || old
+            .iter()
+            .any(|c| c.type_ == ConditionType::Degraded.as_str())
+    {
+        let degraded = !masterless.is_empty();
+        conditions.push(cond(
+            ConditionType::Degraded,
+            degraded,
+            if degraded {
+                Reason::NoInSyncReplica
+            } else {
+                Reason::MastersElected
+            },
+            if degraded {
+                format!(
+                    "no master, and no live in-sync replica to promote, in {}: writes to it \
+                     are refused until an in-sync replica returns",
+                    masterless.join(", ")
+                )
+            } else {
+                String::new()
+            },
+        ));
+    }
     if old
         .iter()
         .any(|c| c.type_ == ConditionType::Paused.as_str())
@@ -251,6 +303,7 @@ pub fn status(
             note: s.message.clone(),
         })
         .collect();
+    notices.extend(promotions);
     if ready && !holds(old, ConditionType::Ready) {
         notices.push(Notice {
             type_: EventType::Normal,
@@ -275,6 +328,55 @@ pub fn status(
             Action::requeue(PROGRESS_REQUEUE)
         },
     }
+}
+
+/// A group's status from the controller's decision `group` (`None`: no replica registered
+/// yet). Broker ids are pod ordinals. `lastFailover` moves to `now` when the epoch grew past
+/// the one the old status showed.
+fn failover_group(
+    name: &str,
+    replicas: i32,
+    group: Option<&GroupState>,
+    old: Option<&BrokerGroupStatus>,
+    now: Timestamp,
+) -> BrokerGroupStatus {
+    let pod = |id: i64| names::pod(name, id as i32);
+    let epoch = group.map(|g| g.master_epoch).filter(|e| *e > 0);
+    let old_epoch = old.and_then(|o| o.epoch);
+    let promoted = matches!((old_epoch, epoch), (Some(o), Some(n)) if n > o);
+    BrokerGroupStatus {
+        name: name.to_string(),
+        pods: (0..replicas).map(|i| names::pod(name, i)).collect(),
+        ready_replicas: 0,
+        master: group.and_then(|g| g.master).map(pod),
+        epoch,
+        in_sync_replicas: group
+            .map(|g| g.sync_state_set.iter().map(|id| pod(*id)).collect())
+            .unwrap_or_default(),
+        last_failover: if promoted {
+            Some(now.to_string())
+        } else {
+            old.and_then(|o| o.last_failover.clone())
+        },
+    }
+}
+
+/// The `MasterPromoted` event when `new` has a newer epoch than `old` showed.
+fn promotion(old: Option<&BrokerGroupStatus>, new: &BrokerGroupStatus) -> Option<Notice> {
+    let (Some(before), Some(after)) = (old.and_then(|o| o.epoch), new.epoch) else {
+        return None;
+    };
+    (after > before).then(|| Notice {
+        type_: EventType::Normal,
+        reason: MASTER_PROMOTED,
+        action: ACTION_FAILOVER,
+        note: format!(
+            "{}: {} is master in epoch {after} (was {} in epoch {before})",
+            new.name,
+            new.master.as_deref().unwrap_or("nobody"),
+            old.and_then(|o| o.master.as_deref()).unwrap_or("nobody"),
+        ),
+    })
 }
 
 #[cfg(test)]

@@ -231,7 +231,9 @@ async fn rolled_out_cluster_is_ready_and_says_so_once() {
 }
 
 fn existing_group(mqc: &MessageQueueCluster, group: i32) -> StatefulSet {
-    let cm = crate::builders::broker_config_map(mqc, group).unwrap();
+    let cm =
+        crate::builders::broker_config_map(mqc, group, &crate::builders::OperatorEnv::default())
+            .unwrap();
     crate::builders::broker_statefulset(mqc, group, &cm)
 }
 

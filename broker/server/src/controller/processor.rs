@@ -15,8 +15,12 @@ use super::decide::{ControllerError, Member};
 use super::service::{Controller, ReplicaInfo, ServiceError};
 use crate::remoting::{error_response, not_supported, Connection, Processor};
 
+/// The Conveyor field every request of a broker with a `controller-scope` carries: which of a
+/// controller's clusters it belongs to (the operator's controller decides for many).
+pub const CONTROLLER_SCOPE: &str = "controllerScope";
+
 /// A handler's outcome: the response, or an error response.
-type Reply = Result<RemotingCommand, RemotingCommand>;
+pub type Reply = Result<RemotingCommand, RemotingCommand>;
 
 /// A success response to `req`.
 fn ok(req: &RemotingCommand) -> RemotingCommand {
@@ -114,7 +118,8 @@ fn number(req: &RemotingCommand, key: &str) -> Result<i64, RemotingCommand> {
 }
 
 impl Controller {
-    fn answer(&self, conn: &Connection, req: &RemotingCommand) -> Reply {
+    /// The answer to one controller request `req` that came on `conn`.
+    pub fn answer(&self, conn: &Connection, req: &RemotingCommand) -> Reply {
         let info = match req.code {
             rc::CONTROLLER_REGISTER_BROKER => {
                 let member = Member {

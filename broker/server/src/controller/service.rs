@@ -16,8 +16,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::decide::{Candidate, ControllerError, ControllerState, GroupState, Member};
-use super::state_store::StateStore;
-use crate::broker::config_file::ConfigFileError;
+use super::state_store::{StateStore, StateStoreError};
 use crate::remoting::ConnectionId;
 
 /// How the controller decides.
@@ -98,7 +97,7 @@ pub enum ServiceError {
     Decision(#[from] ControllerError),
     /// Saving the new state failed: nothing changed.
     #[error("saving the controller state failed: {0}")]
-    Save(#[from] ConfigFileError),
+    Save(#[from] StateStoreError),
 }
 
 /// The controller.
@@ -117,6 +116,8 @@ pub struct Controller {
     /// Wakes the detection loop when a replica's connection closes, or a replica calls
     /// while its group has no live master.
     lost: Notify,
+    /// Counts saved changes, for whoever reports the decisions (the operator's status).
+    changed: tokio::sync::watch::Sender<u64>,
 }
 
 impl Controller {
@@ -124,7 +125,7 @@ impl Controller {
     pub fn open(
         config: ControllerConfig,
         store: Box<dyn StateStore>,
-    ) -> Result<Self, ConfigFileError> {
+    ) -> Result<Self, StateStoreError> {
         let state = store.load()?;
         Ok(Self {
             config,
@@ -133,6 +134,7 @@ impl Controller {
             heartbeats: Mutex::new(HashMap::new()),
             started: Instant::now(),
             lost: Notify::new(),
+            changed: tokio::sync::watch::Sender::new(0),
         })
     }
 
@@ -149,10 +151,40 @@ impl Controller {
         let result = change(group);
         let info = ReplicaInfo::of(group);
         if next != *state {
-            self.store.save(&next)?;
-            *state = next;
+            match self.store.save(&next) {
+                Ok(()) => {
+                    *state = next;
+                    self.changed.send_modify(|n| *n += 1);
+                }
+                Err(e @ StateStoreError::Conflict(_)) => {
+                    // Another controller decided since: take its state, answer nothing now.
+                    match self.store.load() {
+                        Ok(theirs) => *state = theirs,
+                        Err(reload) => {
+                            tracing::warn!(error = %reload, "cannot reload the controller state")
+                        }
+                    }
+                    return Err(e.into());
+                }
+                Err(e) => return Err(e.into()),
+            }
         }
         Ok((result?, info))
+    }
+
+    /// The decisions as they stand (what the operator reports in its status).
+    pub fn state(&self) -> ControllerState {
+        self.state.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// How this controller decides.
+    pub fn config(&self) -> &ControllerConfig {
+        &self.config
+    }
+
+    /// Changes every time a decision is saved.
+    pub fn subscribe(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.changed.subscribe()
     }
 
     /// A replica registers (or re-registers with new addresses).
@@ -379,10 +411,10 @@ mod tests {
     struct MemoryStore(Mutex<ControllerState>);
 
     impl StateStore for MemoryStore {
-        fn load(&self) -> Result<ControllerState, ConfigFileError> {
+        fn load(&self) -> Result<ControllerState, StateStoreError> {
             Ok(self.0.lock().unwrap().clone())
         }
-        fn save(&self, state: &ControllerState) -> Result<(), ConfigFileError> {
+        fn save(&self, state: &ControllerState) -> Result<(), StateStoreError> {
             *self.0.lock().unwrap() = state.clone();
             Ok(())
         }

@@ -40,6 +40,9 @@ pub struct ReplicationConfig {
     pub metadata_sync_interval_ms: u64,
     /// Controllers deciding the role; empty: the role is `role`.
     pub controller_addrs: Vec<String>,
+    /// Sent with every controller request as `controllerScope` when set (see the
+    /// `[replication] controller-scope` setting).
+    pub controller_scope: Option<String>,
     /// Heartbeat period to the controller.
     pub controller_heartbeat_ms: u64,
     /// Controller mode: a master waits for every member of the in-sync set (`true`) or for
@@ -67,6 +70,7 @@ impl Default for ReplicationConfig {
             max_gap_bytes: 256 << 20,
             metadata_sync_interval_ms: 10_000,
             controller_addrs: Vec::new(),
+            controller_scope: None,
             controller_heartbeat_ms: 1_000,
             synchronous: true,
             max_time_not_caught_up_ms: 15_000,

@@ -18,7 +18,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::acks::Requirement;
 use super::replication::{Replication, RoleState};
-use crate::controller::processor::{parse_replica_info, SyncStateSetBody};
+use crate::controller::processor::{parse_replica_info, SyncStateSetBody, CONTROLLER_SCOPE};
 use crate::controller::ReplicaInfo;
 
 /// How long one controller request may take.
@@ -96,8 +96,17 @@ pub(super) async fn run(repl: Arc<Replication>, shutdown: CancellationToken) {
     }
 }
 
+/// A request to the controller, carrying this broker's `controllerScope` when it has one.
+fn controller_request(repl: &Replication, code: i32) -> RemotingCommand {
+    let request = RemotingCommand::request(code, Default::default());
+    match &repl.config.controller_scope {
+        Some(scope) => request.with_ext(CONTROLLER_SCOPE, scope),
+        None => request,
+    }
+}
+
 fn register(repl: &Replication) -> RemotingCommand {
-    RemotingCommand::request(rc::CONTROLLER_REGISTER_BROKER, Default::default())
+    controller_request(repl, rc::CONTROLLER_REGISTER_BROKER)
         .with_ext("clusterName", &repl.config.cluster_name)
         .with_ext("brokerName", &repl.broker_name)
         .with_ext("brokerId", repl.broker_id)
@@ -108,7 +117,7 @@ fn register(repl: &Replication) -> RemotingCommand {
 
 fn heartbeat(repl: &Replication) -> RemotingCommand {
     let store = &repl.store;
-    RemotingCommand::request(rc::BROKER_HEARTBEAT, Default::default())
+    controller_request(repl, rc::BROKER_HEARTBEAT)
         .with_ext("clusterName", &repl.config.cluster_name)
         .with_ext("brokerName", &repl.broker_name)
         .with_ext("brokerId", repl.broker_id)
@@ -231,7 +240,7 @@ async fn keep_in_sync(
         sync_state_set_epoch: set_epoch,
         members: Default::default(),
     };
-    let request = RemotingCommand::request(rc::CONTROLLER_ALTER_SYNC_STATE_SET, Default::default())
+    let request = controller_request(repl, rc::CONTROLLER_ALTER_SYNC_STATE_SET)
         .with_ext("brokerName", &repl.broker_name)
         .with_ext("masterBrokerId", me)
         .with_ext("masterEpoch", repl.epoch())

@@ -34,7 +34,11 @@ fn rolled_out(mut sts: StatefulSet) -> StatefulSet {
 /// The plan of a fresh `mqc` and what the API server answers: every StatefulSet rolled out
 /// when `ready`, none when not.
 fn applied(mqc: &MessageQueueCluster, ready: bool) -> (Plan, Observed) {
-    let p = plan(mqc, &BTreeMap::new());
+    let p = plan(
+        mqc,
+        &BTreeMap::new(),
+        &crate::builders::OperatorEnv::default(),
+    );
     let finish = |sts: StatefulSet| if ready { rolled_out(sts) } else { sts };
     let groups = p
         .groups
@@ -75,7 +79,7 @@ fn triple(t: ConditionType, holds: bool, r: Reason) -> (String, String, String) 
 fn rolling_out_is_reconciling_with_a_fast_requeue() {
     let mqc = cluster(2, 2);
     let (p, observed) = applied(&mqc, false);
-    let out = status(&mqc, &p, &observed, t0());
+    let out = status(&mqc, &p, &observed, None, t0());
     assert_eq!(
         summary(&out.status),
         [
@@ -104,7 +108,7 @@ fn rolling_out_is_reconciling_with_a_fast_requeue() {
 fn ready_is_announced_once_and_keeps_its_transition_time() {
     let mut mqc = cluster(1, 3);
     let (p, observed) = applied(&mqc, true);
-    let first = status(&mqc, &p, &observed, t0());
+    let first = status(&mqc, &p, &observed, None, t0());
     assert_eq!(
         summary(&first.status)[..2],
         [
@@ -129,7 +133,7 @@ fn ready_is_announced_once_and_keeps_its_transition_time() {
     );
 
     mqc.status = Some(first.status.clone());
-    let second = status(&mqc, &p, &observed, later());
+    let second = status(&mqc, &p, &observed, None, later());
     assert!(second.notices.is_empty());
     for t in [
         ConditionType::Ready,
@@ -145,7 +149,7 @@ fn ready_is_announced_once_and_keeps_its_transition_time() {
 
     // A status change takes the new time.
     let (p, not_ready) = applied(&mqc, false);
-    let third = status(&mqc, &p, &not_ready, later());
+    let third = status(&mqc, &p, &not_ready, None, later());
     assert_eq!(get(&third.status, ConditionType::Ready).status, FALSE);
     assert_eq!(
         get(&third.status, ConditionType::Ready).last_transition_time,
@@ -162,7 +166,7 @@ fn a_missing_name_server_or_group_is_not_ready() {
     let mqc = cluster(2, 1);
     let (p, mut observed) = applied(&mqc, true);
     observed.groups.remove(&1);
-    let out = status(&mqc, &p, &observed, t0());
+    let out = status(&mqc, &p, &observed, None, t0());
     assert_eq!(get(&out.status, ConditionType::Ready).status, FALSE);
     assert_eq!(out.status.groups[1].ready_replicas, 0);
     // Without the StatefulSet the spec's replica count names the pods.
@@ -172,7 +176,7 @@ fn a_missing_name_server_or_group_is_not_ready() {
     observed.name_server.status = None;
     assert_eq!(
         get(
-            &status(&mqc, &p, &observed, t0()).status,
+            &status(&mqc, &p, &observed, None, t0()).status,
             ConditionType::Ready
         )
         .reason,
@@ -194,7 +198,7 @@ fn refusals_stall_with_every_message_and_a_warning_each() {
             message: "second".into(),
         },
     ];
-    let out = status(&mqc, &p, &observed, t0());
+    let out = status(&mqc, &p, &observed, None, t0());
     assert_eq!(
         summary(&out.status),
         [
@@ -226,7 +230,7 @@ fn a_plan_without_groups_is_never_ready() {
         .config
         .insert("broker.delay-levels".into(), "1s 5s".into());
     let (p, observed) = applied(&mqc, true);
-    let out = status(&mqc, &p, &observed, t0());
+    let out = status(&mqc, &p, &observed, None, t0());
     assert!(out.status.groups.is_empty());
     assert_eq!(
         get(&out.status, ConditionType::Stalled).reason,
@@ -239,7 +243,7 @@ fn a_plan_without_groups_is_never_ready() {
 fn pausing_keeps_the_other_fields_and_announces_once() {
     let mut mqc = cluster(1, 1);
     let (p, observed) = applied(&mqc, true);
-    let before = status(&mqc, &p, &observed, t0()).status;
+    let before = status(&mqc, &p, &observed, None, t0()).status;
     mqc.status = Some(before.clone());
     mqc.metadata.generation = Some(2);
     mqc.metadata.annotations = Some([(PAUSE_ANNOTATION.to_string(), "true".to_string())].into());
@@ -270,7 +274,7 @@ fn pausing_keeps_the_other_fields_and_announces_once() {
     assert!(paused(&mqc, later()).notices.is_empty());
 
     // Resuming reports Paused=False.
-    let resumed = status(&mqc, &p, &observed, later());
+    let resumed = status(&mqc, &p, &observed, None, later());
     assert_eq!(
         summary(&resumed.status)[3],
         triple(ConditionType::Paused, false, Reason::Resumed)
@@ -291,4 +295,113 @@ fn a_fresh_paused_cluster_gets_every_condition() {
             triple(ConditionType::Stalled, false, Reason::Paused),
         ]
     );
+}
+
+/// The controller's decision for group `orders-broker-0`: `master` (none: no live in-sync
+/// replica) in `epoch`, with `in_sync` ids.
+fn decided(master: Option<i64>, epoch: u32, in_sync: &[i64]) -> ControllerState {
+    let mut state = ControllerState::default();
+    state.groups.insert(
+        "orders-broker-0".into(),
+        GroupState {
+            cluster: "orders".into(),
+            master,
+            master_epoch: epoch,
+            sync_state_set: in_sync.iter().copied().collect(),
+            ..Default::default()
+        },
+    );
+    state
+}
+
+#[test]
+fn failover_status_names_the_controllers_master_and_announces_a_promotion() {
+    let mut mqc = cluster(1, 2);
+    let (p, observed) = applied(&mqc, true);
+    let first = status(
+        &mqc,
+        &p,
+        &observed,
+        Some(&decided(Some(0), 1, &[0, 1])),
+        t0(),
+    );
+    let g = &first.status.groups[0];
+    assert_eq!(g.master.as_deref(), Some("orders-broker-0-0"));
+    assert_eq!(g.epoch, Some(1));
+    assert_eq!(
+        g.in_sync_replicas,
+        ["orders-broker-0-0", "orders-broker-0-1"]
+    );
+    assert_eq!(g.last_failover, None, "the first election is no failover");
+    assert!(first.notices.iter().all(|n| n.reason != MASTER_PROMOTED));
+    assert_eq!(
+        get(&first.status, ConditionType::Degraded).reason,
+        Reason::MastersElected.as_str()
+    );
+
+    // Ordinal 1 promoted in epoch 2.
+    mqc.status = Some(first.status);
+    let second = status(
+        &mqc,
+        &p,
+        &observed,
+        Some(&decided(Some(1), 2, &[1])),
+        later(),
+    );
+    let g = &second.status.groups[0];
+    assert_eq!(g.master.as_deref(), Some("orders-broker-0-1"));
+    assert_eq!(g.last_failover, Some(later().to_string()));
+    let promoted: Vec<_> = second
+        .notices
+        .iter()
+        .filter(|n| n.reason == MASTER_PROMOTED)
+        .collect();
+    assert_eq!(promoted.len(), 1);
+    assert_eq!(
+        promoted[0].note,
+        "orders-broker-0: orders-broker-0-1 is master in epoch 2 (was orders-broker-0-0 in epoch 1)"
+    );
+
+    // Reported again unchanged: no second event, lastFailover kept.
+    mqc.status = Some(second.status);
+    let third = status(
+        &mqc,
+        &p,
+        &observed,
+        Some(&decided(Some(1), 2, &[1])),
+        later() + SignedDuration::from_secs(60),
+    );
+    assert!(third.notices.iter().all(|n| n.reason != MASTER_PROMOTED));
+    assert_eq!(
+        third.status.groups[0].last_failover,
+        Some(later().to_string())
+    );
+}
+
+#[test]
+fn a_group_without_a_master_is_degraded() {
+    let mqc = cluster(1, 2);
+    let (p, observed) = applied(&mqc, true);
+    let out = status(&mqc, &p, &observed, Some(&decided(None, 3, &[0])), t0());
+    let degraded = get(&out.status, ConditionType::Degraded);
+    assert_eq!(degraded.status, TRUE);
+    assert_eq!(degraded.reason, Reason::NoInSyncReplica.as_str());
+    assert!(
+        degraded.message.contains("orders-broker-0"),
+        "{}",
+        degraded.message
+    );
+    assert_eq!(out.status.groups[0].master, None);
+}
+
+#[test]
+fn classic_roles_report_ordinal_zero_and_no_degraded_condition() {
+    let mqc = cluster(1, 2);
+    let (p, observed) = applied(&mqc, true);
+    let out = status(&mqc, &p, &observed, None, t0());
+    assert_eq!(
+        out.status.groups[0].master.as_deref(),
+        Some("orders-broker-0-0")
+    );
+    assert!(out.status.conditions.iter().all(|c| c.type_ != "Degraded"));
 }

@@ -66,6 +66,9 @@ public final class Ledger {
         producer.start();
         long sent = 0;
         long ok = 0;
+        // The longest time without a SEND_OK: how long the producer could not write.
+        long lastOk = 0;
+        long longestGap = 0;
         try (PrintWriter attempted = new PrintWriter(new FileWriter(dir.resolve("attempted").toFile(), true));
              PrintWriter acked = new PrintWriter(new FileWriter(dir.resolve("ok").toFile(), true))) {
             while (!Files.exists(dir.resolve("stop"))) {
@@ -79,6 +82,11 @@ public final class Ledger {
                         acked.println(key);
                         acked.flush();
                         ok++;
+                        long now = System.currentTimeMillis();
+                        if (lastOk > 0) {
+                            longestGap = Math.max(longestGap, now - lastOk);
+                        }
+                        lastOk = now;
                     }
                 } catch (Exception e) {
                     // Not acknowledged; the next message goes on.
@@ -88,7 +96,8 @@ public final class Ledger {
         } finally {
             producer.shutdown();
         }
-        System.out.println("PASS ledger-producer: " + sent + " sent, " + ok + " SEND_OK");
+        System.out.println("PASS ledger-producer: " + sent + " sent, " + ok + " SEND_OK, longest gap between SEND_OKs "
+                + longestGap + " ms");
     }
 
     private static void drainPush(String namesrv, String topic, Path dir) throws Exception {

@@ -1,0 +1,207 @@
+//! Failover: the replication controller runs inside the operator. Brokers of clusters with
+//! `spec.broker.failover` register and heartbeat to it over RocketMQ's controller requests
+//! (the `conveyor controller` logic, [`conveyor::controller`]), each request naming its
+//! cluster in the `controllerScope` field; the operator keeps one [`Controller`] per cluster,
+//! with its state in that cluster's ConfigMap ([`store`]) and its own detection loop. Only
+//! the leading operator replica serves (the controller runs inside the leader-elected part),
+//! and every decision is a compare-and-set in the API, so a second replica or a restarted
+//! operator never hands out a second master for an epoch.
+
+pub mod store;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use conveyor::controller::processor::CONTROLLER_SCOPE;
+use conveyor::controller::{Controller, ControllerConfig};
+use conveyor::remoting::{error_response, Connection, Processor, ServeLimits};
+use conveyor_protocol::code::response_code;
+use conveyor_protocol::command::RemotingCommand;
+use kube::{Client, ResourceExt};
+use tokio_util::sync::CancellationToken;
+
+use crate::builders::{self, OperatorEnv};
+use crate::crd::MessageQueueCluster;
+
+/// A cluster's controller and what it was opened with.
+struct Entry {
+    /// The controller.
+    controller: Arc<Controller>,
+    /// The spec values it runs with (detection, unclean promotion): a change reopens it.
+    settings: (u32, bool),
+    /// Stops its detection loop.
+    stop: CancellationToken,
+}
+
+/// The controllers of every cluster under failover, by scope (`<namespace>/<name>`).
+pub struct Failover {
+    /// Client of the state ConfigMaps.
+    client: Client,
+    /// Controllers by scope.
+    controllers: Mutex<HashMap<String, Entry>>,
+    /// Cancelled when the operator stops leading: every detection loop ends.
+    shutdown: CancellationToken,
+    /// Bumped whenever any controller saves a decision: the reconciler reports it.
+    changed: tokio::sync::watch::Sender<u64>,
+}
+
+/// Why a cluster's controller could not be opened.
+#[derive(Debug, thiserror::Error)]
+#[error("controller of {scope}: {source}")]
+pub struct FailoverError {
+    /// The cluster.
+    scope: String,
+    /// Why.
+    #[source]
+    source: conveyor::controller::state_store::StateStoreError,
+}
+
+impl Failover {
+    /// No controllers yet; `shutdown` ends their detection loops.
+    pub fn new(client: Client, shutdown: CancellationToken) -> Arc<Self> {
+        Arc::new(Self {
+            client,
+            controllers: Mutex::new(HashMap::new()),
+            shutdown,
+            changed: tokio::sync::watch::Sender::new(0),
+        })
+    }
+
+    fn entries(&self) -> std::sync::MutexGuard<'_, HashMap<String, Entry>> {
+        self.controllers.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Makes sure `mqc` has a controller when failover applies to it under `env`, and none
+    /// when it does not; returns it. Opening one loads the cluster's saved state.
+    pub fn ensure(
+        &self,
+        mqc: &MessageQueueCluster,
+        env: &OperatorEnv,
+    ) -> Result<Option<Arc<Controller>>, FailoverError> {
+        let scope = builders::scope(mqc);
+        if env.controller_for(mqc).is_none() {
+            if let Some(old) = self.entries().remove(&scope) {
+                old.stop.cancel();
+            }
+            return Ok(None);
+        }
+        let spec = &mqc.spec.broker.failover;
+        let settings = (spec.detection_seconds, spec.allow_unclean_promotion);
+        if let Some(e) = self.entries().get(&scope) {
+            if e.settings == settings {
+                return Ok(Some(e.controller.clone()));
+            }
+        }
+        let store = store::ConfigMapStateStore::new(
+            self.client.clone(),
+            &builders::namespace(mqc),
+            &store::config_map_name(&mqc.name_any()),
+            Some(builders::owner_reference(mqc)),
+        );
+        let config = ControllerConfig {
+            detection: Duration::from_secs(settings.0.max(1).into()),
+            allow_unclean: settings.1,
+        };
+        let controller = Arc::new(Controller::open(config, Box::new(store)).map_err(|source| {
+            FailoverError {
+                scope: scope.clone(),
+                source,
+            }
+        })?);
+        let stop = self.shutdown.child_token();
+        {
+            let (c, stop) = (controller.clone(), stop.clone());
+            tokio::spawn(async move { c.run_detection(stop).await });
+        }
+        {
+            let (mut decided, stop, changed) =
+                (controller.subscribe(), stop.clone(), self.changed.clone());
+            tokio::spawn(async move {
+                loop {
+                    tokio::select! {
+                        r = decided.changed() => if r.is_err() { return },
+                        _ = stop.cancelled() => return,
+                    }
+                    changed.send_modify(|n| *n += 1);
+                }
+            });
+        }
+        tracing::info!(%scope, detection_s = settings.0, unclean = settings.1, "controller opened");
+        if let Some(old) = self.entries().insert(
+            scope,
+            Entry {
+                controller: controller.clone(),
+                settings,
+                stop,
+            },
+        ) {
+            old.stop.cancel();
+        }
+        Ok(Some(controller))
+    }
+
+    /// Forgets the controller of a deleted cluster.
+    pub fn forget(&self, scope: &str) {
+        if let Some(old) = self.entries().remove(scope) {
+            old.stop.cancel();
+        }
+    }
+
+    /// Yields whenever a controller saved a decision (a promotion, a new in-sync set, a new
+    /// replica): the reconciler then reports it in the clusters' status at once.
+    pub fn changes(&self) -> impl futures::Stream<Item = ()> + Send + Sync + 'static {
+        futures::stream::unfold(self.changed.subscribe(), |mut rx| async move {
+            rx.changed().await.ok()?;
+            Some(((), rx))
+        })
+    }
+
+    /// The controller of `scope`, if that cluster is under failover.
+    pub fn get(&self, scope: &str) -> Option<Arc<Controller>> {
+        self.entries().get(scope).map(|e| e.controller.clone())
+    }
+
+    /// Serves brokers' controller requests on `listener` until `shutdown`.
+    pub async fn serve(self: Arc<Self>, listener: tokio::net::TcpListener) {
+        let shutdown = self.shutdown.clone();
+        conveyor::remoting::serve(listener, self, shutdown, ServeLimits::default()).await;
+    }
+}
+
+impl Processor for Failover {
+    async fn handle(
+        self: Arc<Self>,
+        conn: Connection,
+        req: RemotingCommand,
+    ) -> Option<RemotingCommand> {
+        let scope = req
+            .get_str_opt(CONTROLLER_SCOPE)
+            .unwrap_or_default()
+            .to_string();
+        let Some(controller) = self.get(&scope) else {
+            return Some(error_response(
+                &req,
+                response_code::CONTROLLER_BROKER_METADATA_NOT_EXIST,
+                format!(
+                    "no MessageQueueCluster {scope:?} under failover at this operator \
+                     (brokers send their cluster as {CONTROLLER_SCOPE})"
+                ),
+            ));
+        };
+        // A change is saved through the API server before the answer (the store waits with
+        // block_in_place, so this worker's other tasks move on meanwhile).
+        Some(controller.answer(&conn, &req).unwrap_or_else(|e| e))
+    }
+
+    fn on_disconnect(&self, conn: &Connection) {
+        let controllers: Vec<_> = self
+            .entries()
+            .values()
+            .map(|e| e.controller.clone())
+            .collect();
+        for c in controllers {
+            c.connection_closed(conn.id());
+        }
+    }
+}
