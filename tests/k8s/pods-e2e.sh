@@ -221,11 +221,11 @@ K apply -f "$D/pvs.yaml" >/dev/null && ok "static hostPath PVs created"
 echo "== real pods: the operator and a cluster"
 K apply --server-side -f crds/ >/dev/null
 K wait --for=condition=Established crd/messagequeueclusters.conveyor.dev --timeout=30s >/dev/null
-# The operator runs on the host: its replication controller listens on the bridge's gateway
-# address, which the broker pods reach.
+# The operator runs on the host: brokers reach its replication controller at the bridge's
+# gateway address (it listens on every address: the bridge may not exist yet).
 CTRL_PORT=$(free_port)
 "$OPERATOR" run --lease-namespace default --identity pods-operator \
-  --controller-listen "$NET.1:$CTRL_PORT" --controller-advertise "$NET.1:$CTRL_PORT" > "$D/operator.log" 2>&1 &
+  --controller-listen "0.0.0.0:$CTRL_PORT" --controller-advertise "$NET.1:$CTRL_PORT" > "$D/operator.log" 2>&1 &
 PIDS+=($!)
 cat > "$D/mqc.yaml" <<EOF
 apiVersion: conveyor.dev/v1alpha1
