@@ -706,7 +706,12 @@ async fn a_frozen_master_is_replaced_and_fenced_when_it_wakes_up() {
     assert!(unexpected.is_empty(), "never sent: {unexpected:?}");
     assert!(
         !seen.contains("sent-to-the-frozen-master"),
-        "a write the deposed master took survived the rejoin"
+        "a write the deposed master took survived the rejoin: {:?}\n{}",
+        consumed
+            .iter()
+            .filter(|(_, k)| k.as_str() == "sent-to-the-frozen-master")
+            .collect::<Vec<_>>(),
+        cluster.logs()
     );
 }
 

@@ -209,6 +209,18 @@ impl Broker {
     /// SIGSTOP: the process stops answering anything (a long GC pause, a frozen VM).
     pub fn pause(&self) {
         self.signal(libc::SIGSTOP);
+        // kill(2) only queues the signal: wait until every thread has stopped, or a request
+        // sent right after could still be served by a thread not yet stopped (seen on a busy
+        // machine: the "frozen" master stored and replicated it).
+        let pid = self.pid().expect("running");
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while !all_threads_stopped(pid) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "process {pid} did not stop after SIGSTOP"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
     }
 
     /// SIGCONT after [`Broker::pause`].
@@ -287,4 +299,21 @@ fn free_port() -> u16 {
         .and_then(|l| l.local_addr())
         .expect("bind port 0")
         .port()
+}
+
+/// Whether every thread of `pid` is stopped (state `T` in `/proc/<pid>/task/*/stat`).
+fn all_threads_stopped(pid: u32) -> bool {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return false;
+    };
+    tasks.flatten().all(|task| {
+        std::fs::read_to_string(task.path().join("stat"))
+            .ok()
+            // The state follows the command name, which is in parentheses and may hold spaces.
+            .and_then(|stat| {
+                stat.rsplit_once(") ")
+                    .map(|(_, rest)| rest.starts_with('T'))
+            })
+            .unwrap_or(true) // a thread that just exited
+    })
 }
