@@ -120,7 +120,6 @@ check "broker StatefulSets have a PVC template of 10Gi" test \
 check "headless name-server Service" test "$(K get svc demo-namesrv-headless -o jsonpath='{.spec.clusterIP}')" = None
 check "broker probes on /readyz and /healthz" test \
   "$(K get sts demo-broker-0 -o jsonpath='{.spec.template.spec.containers[0].readinessProbe.httpGet.path}{.spec.template.spec.containers[0].livenessProbe.httpGet.path}')" = "/readyz/healthz"
-pod1_toml() { K get cm demo-broker-0-config -o jsonpath='{.data.demo-broker-0-1\.toml}'; }
 check "ordinal 1 has broker-id 1 and no fixed role: the operator's controller decides (failover)" bash -c \
   "t=\$(kubectl get cm demo-broker-0-config -o jsonpath='{.data.demo-broker-0-1\.toml}'); grep -q 'broker-id = 1' <<<\"\$t\" && ! grep -q 'broker-role' <<<\"\$t\" && grep -q 'controller-addrs = \[\"127.0.0.1:$CP\"\]' <<<\"\$t\" && grep -q 'controller-scope = \"default/demo\"' <<<\"\$t\""
 
