@@ -224,9 +224,13 @@ K wait --for=condition=Established crd/messagequeueclusters.conveyor.dev --timeo
 # The operator runs on the host: brokers reach its replication controller at the bridge's
 # gateway address (it listens on every address: the bridge may not exist yet).
 CTRL_PORT=$(free_port)
-"$OPERATOR" run --lease-namespace default --identity pods-operator \
-  --controller-listen "0.0.0.0:$CTRL_PORT" --controller-advertise "$NET.1:$CTRL_PORT" > "$D/operator.log" 2>&1 &
-PIDS+=($!)
+start_operator() {
+  "$OPERATOR" run --lease-namespace default --identity pods-operator \
+    --controller-listen "0.0.0.0:$CTRL_PORT" --controller-advertise "$NET.1:$CTRL_PORT" >> "$D/operator.log" 2>&1 &
+  OP_PID=$!
+  PIDS+=("$OP_PID")
+}
+start_operator
 cat > "$D/mqc.yaml" <<EOF
 apiVersion: conveyor.dev/v1alpha1
 kind: MessageQueueCluster
@@ -305,6 +309,36 @@ if [ -n "$CP" ] && [ -n "$NS_IP" ]; then
       bash -c "[[ \"\$(kubectl get mqc pods -o jsonpath='{.status.groups[0].master}/{.status.groups[0].inSyncReplicas}')\" == $OTHER/*pods-broker-0-0*pods-broker-0-1* ]]"
     degraded=$(K get mqc pods -o jsonpath='{.status.conditions[?(@.type=="Degraded")].status}')
     check "not Degraded after the failover" test "$degraded" = False
+
+    # The master's pod deleted (a new pod, a new IP) while the operator is killed, so the
+    # promotion it would start never runs there; the operator comes back on the same state.
+    M1=$(K get mqc pods -o jsonpath='{.status.groups[0].master}')
+    E1=$(K get mqc pods -o jsonpath='{.status.groups[0].epoch}')
+    kill -9 "$OP_PID"; wait "$OP_PID" 2>/dev/null || true
+    UID1=$(K get pod "$M1" -o jsonpath='{.metadata.uid}')
+    K delete pod "$M1" --wait=false >/dev/null
+    recreated() {
+      local uid; uid=$(K get pod "$M1" -o jsonpath='{.metadata.uid}' 2>/dev/null)
+      [ -n "$uid" ] && [ "$uid" != "$UID1" ] && [ "$(K get pod "$M1" -o jsonpath='{.status.phase}')" = Running ]
+    }
+    wait_for 120 "the deleted master pod $M1 is recreated by its StatefulSet (operator down)" recreated
+    start_operator
+    wait_for 120 "with the operator back: one master, both replicas in sync" both_in_sync
+    echo "    group: $(group_status) (before: master $M1 in epoch $E1)"
+    roles=""
+    for p in pods-broker-0-0 pods-broker-0-1; do
+      ip=$(K get pod "$p" -o jsonpath='{.status.podIP}')
+      m=$(curl -sf "http://$ip:8080/metrics" | awk '$1 == "conveyor_replication_role" || $1 == "conveyor_replication_epoch" {printf "%s ", $2}')
+      roles+="$p=$m; "
+    done
+    echo "    role and epoch from each broker's /metrics (1 master, 2 slave): $roles"
+    status_master=$(K get mqc pods -o jsonpath='{.status.groups[0].master}')
+    status_epoch=$(K get mqc pods -o jsonpath='{.status.groups[0].epoch}')
+    one_master() {
+      [ "$(grep -o '=1 ' <<<"$roles" | wc -l)" = 1 ] && grep -q "$status_master=1 $status_epoch " <<<"$roles" &&
+        [ "$status_epoch" -ge "$E1" ]
+    }
+    check "exactly one broker is master, the one the status names, in the status' epoch ($status_epoch, was $E1)" one_master
   else bad "no task for the master container $master"; fi
   base=$(wc -l < "$D/ledger/ok")
   more() { [ "$(wc -l < "$D/ledger/ok")" -ge $((base + 200)) ]; }
