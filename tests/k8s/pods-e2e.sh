@@ -325,20 +325,28 @@ if [ -n "$CP" ] && [ -n "$NS_IP" ]; then
     start_operator
     wait_for 120 "with the operator back: one master, both replicas in sync" both_in_sync
     echo "    group: $(group_status) (before: master $M1 in epoch $E1)"
-    roles=""
-    for p in pods-broker-0-0 pods-broker-0-1; do
-      ip=$(K get pod "$p" -o jsonpath='{.status.podIP}')
-      m=$(curl -sf "http://$ip:8080/metrics" | awk '$1 == "conveyor_replication_role" || $1 == "conveyor_replication_epoch" {printf "%s ", $2}')
-      roles+="$p=$m; "
-    done
-    echo "    role and epoch from each broker's /metrics (1 master, 2 slave): $roles"
-    status_master=$(K get mqc pods -o jsonpath='{.status.groups[0].master}')
-    status_epoch=$(K get mqc pods -o jsonpath='{.status.groups[0].epoch}')
-    one_master() {
-      [ "$(grep -o '=1 ' <<<"$roles" | wc -l)" = 1 ] && grep -q "$status_master=1 $status_epoch " <<<"$roles" &&
-        [ "$status_epoch" -ge "$E1" ]
+    # What each broker says of itself (/metrics: role 1 master, 2 slave, 0 fenced), against the
+    # status: exactly one master, the one the status names, in the status' epoch.
+    broker_roles() {
+      local p ip metrics
+      roles=""
+      for p in pods-broker-0-0 pods-broker-0-1; do
+        ip=$(K get pod "$p" -o jsonpath='{.status.podIP}')
+        metrics=$(curl -sf --max-time 5 "http://$ip:8080/metrics")
+        roles+="$p role=$(awk '$1 == "conveyor_replication_role" {print $2}' <<<"$metrics")"
+        roles+=" epoch=$(awk '$1 == "conveyor_replication_epoch" {print $2}' <<<"$metrics"); "
+      done
     }
-    check "exactly one broker is master, the one the status names, in the status' epoch ($status_epoch, was $E1)" one_master
+    one_master() {
+      broker_roles
+      status_master=$(K get mqc pods -o jsonpath='{.status.groups[0].master}')
+      status_epoch=$(K get mqc pods -o jsonpath='{.status.groups[0].epoch}')
+      [ "$(grep -o 'role=1 ' <<<"$roles" | wc -l)" = 1 ] &&
+        grep -q "$status_master role=1 epoch=$status_epoch;" <<<"$roles" && [ "$status_epoch" -ge "$E1" ]
+    }
+    wait_for 60 "exactly one broker says it is master: the one the status names, in the status' epoch" one_master
+    broker_roles
+    echo "    brokers: $roles(status: $(group_status))"
   else bad "no task for the master container $master"; fi
   base=$(wc -l < "$D/ledger/ok")
   more() { [ "$(wc -l < "$D/ledger/ok")" -ge $((base + 200)) ]; }
