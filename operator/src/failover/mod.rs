@@ -24,12 +24,10 @@ use tokio_util::sync::CancellationToken;
 use crate::builders::{self, OperatorEnv};
 use crate::crd::MessageQueueCluster;
 
-/// A cluster's controller and what it was opened with.
+/// A cluster's controller (a change of its spec'd [`ControllerConfig`] reopens it).
 struct Entry {
     /// The controller.
     controller: Arc<Controller>,
-    /// The spec values it runs with (detection, unclean promotion): a change reopens it.
-    settings: (u32, bool),
     /// Stops its detection loop.
     stop: CancellationToken,
 }
@@ -87,9 +85,12 @@ impl Failover {
             return Ok(None);
         }
         let spec = &mqc.spec.broker.failover;
-        let settings = (spec.detection_seconds, spec.allow_unclean_promotion);
+        let config = ControllerConfig {
+            detection: Duration::from_secs(spec.detection_seconds.max(1).into()),
+            allow_unclean: spec.allow_unclean_promotion,
+        };
         if let Some(e) = self.entries().get(&scope) {
-            if e.settings == settings {
+            if *e.controller.config() == config {
                 return Ok(Some(e.controller.clone()));
             }
         }
@@ -99,10 +100,7 @@ impl Failover {
             &store::config_map_name(&mqc.name_any()),
             Some(builders::owner_reference(mqc)),
         );
-        let config = ControllerConfig {
-            detection: Duration::from_secs(settings.0.max(1).into()),
-            allow_unclean: settings.1,
-        };
+        tracing::info!(%scope, ?config, "opening the cluster's controller");
         let controller = Arc::new(Controller::open(config, Box::new(store)).map_err(|source| {
             FailoverError {
                 scope: scope.clone(),
@@ -127,12 +125,10 @@ impl Failover {
                 }
             });
         }
-        tracing::info!(%scope, detection_s = settings.0, unclean = settings.1, "controller opened");
         if let Some(old) = self.entries().insert(
             scope,
             Entry {
                 controller: controller.clone(),
-                settings,
                 stop,
             },
         ) {

@@ -43,8 +43,9 @@ pub enum Error {
 impl Error {
     /// `(kind, reason)` labels of `conveyor_operator_reconcile_errors_total`: kind `api` with the
     /// API server's status reason (`Conflict`, `Forbidden`, `InternalError`, ...), kind `client`
-    /// with the client-side failure (`HyperError`, `Service`, `SerdeError`, `Other`), or kind
-    /// `object` with `MissingName`. Both come from small fixed sets.
+    /// with the client-side failure (`HyperError`, `Service`, `SerdeError`, `Other`), kind
+    /// `object` with `MissingName`, or kind `failover` with `StateUnavailable` (a cluster's
+    /// controller could not load its state). Both come from small fixed sets.
     pub fn metric_labels(&self) -> (&'static str, String) {
         match self {
             Error::Kube(kube::Error::Api(s)) if !s.reason.is_empty() => ("api", s.reason.clone()),

@@ -179,32 +179,24 @@ pub fn status(
             .and_then(|s| s.spec.as_ref())
             .and_then(|s| s.replicas)
             .unwrap_or(mqc.spec.broker.replicas_per_group);
-        let old_group = old_status.groups.iter().find(|o| o.name == g.name);
-        let decided = failover.map(|f| f.groups.get(&g.name));
-        groups.push(match decided {
-            // Classic roles: ordinal 0 is the master.
-            None => BrokerGroupStatus {
-                pods: (0..replicas).map(|i| names::pod(&g.name, i)).collect(),
-                ready_replicas: sts.map(ready_replicas).unwrap_or(0),
-                master: (replicas > 0).then(|| names::pod(&g.name, 0)),
-                name: g.name.clone(),
-                ..Default::default()
-            },
-            // Failover: what the controller decided (nothing yet before a replica registers).
-            Some(group) => {
-                let s = failover_group(&g.name, replicas, group, old_group, now);
-                if let Some(n) = promotion(old_group, &s) {
-                    promotions.push(n);
-                }
-                if group.is_some_and(|d| d.master.is_none()) {
-                    masterless.push(g.name.clone());
-                }
-                BrokerGroupStatus {
-                    ready_replicas: sts.map(ready_replicas).unwrap_or(0),
-                    ..s
-                }
+        // Classic roles: ordinal 0 is the master.
+        let mut group = BrokerGroupStatus {
+            pods: (0..replicas).map(|i| names::pod(&g.name, i)).collect(),
+            ready_replicas: sts.map(ready_replicas).unwrap_or(0),
+            master: (replicas > 0).then(|| names::pod(&g.name, 0)),
+            name: g.name.clone(),
+            ..Default::default()
+        };
+        // Failover: what the controller decided (nothing yet before a replica registers).
+        if let Some(decided) = failover.map(|f| f.groups.get(&g.name)) {
+            let old = old_status.groups.iter().find(|o| o.name == g.name);
+            apply_decision(&mut group, decided, old, now);
+            promotions.extend(promotion(old, &group));
+            if decided.is_some_and(|d| d.master.is_none()) {
+                masterless.push(g.name.clone());
             }
-        });
+        }
+        groups.push(group);
     }
     all_ready &= plan.groups.len() as i32 == mqc.spec.broker.groups;
 
@@ -330,35 +322,28 @@ pub fn status(
     }
 }
 
-/// A group's status from the controller's decision `group` (`None`: no replica registered
-/// yet). Broker ids are pod ordinals. `lastFailover` moves to `now` when the epoch grew past
-/// the one the old status showed.
-fn failover_group(
-    name: &str,
-    replicas: i32,
-    group: Option<&GroupState>,
+/// Puts the controller's decision `decided` for the group (`None`: no replica registered
+/// yet) into `group`. Broker ids are pod ordinals. `lastFailover` moves to `now` when the
+/// epoch grew past the one the old status showed.
+fn apply_decision(
+    group: &mut BrokerGroupStatus,
+    decided: Option<&GroupState>,
     old: Option<&BrokerGroupStatus>,
     now: Timestamp,
-) -> BrokerGroupStatus {
-    let pod = |id: i64| names::pod(name, id as i32);
-    let epoch = group.map(|g| g.master_epoch).filter(|e| *e > 0);
-    let old_epoch = old.and_then(|o| o.epoch);
-    let promoted = matches!((old_epoch, epoch), (Some(o), Some(n)) if n > o);
-    BrokerGroupStatus {
-        name: name.to_string(),
-        pods: (0..replicas).map(|i| names::pod(name, i)).collect(),
-        ready_replicas: 0,
-        master: group.and_then(|g| g.master).map(pod),
-        epoch,
-        in_sync_replicas: group
-            .map(|g| g.sync_state_set.iter().map(|id| pod(*id)).collect())
-            .unwrap_or_default(),
-        last_failover: if promoted {
-            Some(now.to_string())
-        } else {
-            old.and_then(|o| o.last_failover.clone())
-        },
-    }
+) {
+    let pod = |id: i64| names::pod(&group.name, id as i32);
+    let epoch = decided.map(|d| d.master_epoch).filter(|e| *e > 0);
+    let promoted = matches!((old.and_then(|o| o.epoch), epoch), (Some(o), Some(n)) if n > o);
+    group.master = decided.and_then(|d| d.master).map(pod);
+    group.in_sync_replicas = decided
+        .map(|d| d.sync_state_set.iter().map(|id| pod(*id)).collect())
+        .unwrap_or_default();
+    group.epoch = epoch;
+    group.last_failover = if promoted {
+        Some(now.to_string())
+    } else {
+        old.and_then(|o| o.last_failover.clone())
+    };
 }
 
 /// The `MasterPromoted` event when `new` has a newer epoch than `old` showed.

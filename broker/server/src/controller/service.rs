@@ -20,7 +20,7 @@ use super::state_store::{StateStore, StateStoreError};
 use crate::remoting::ConnectionId;
 
 /// How the controller decides.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ControllerConfig {
     /// A master silent this long is replaced (RocketMQ's `controllerHeartBeatTimeoutMills`).
     pub detection: Duration,
