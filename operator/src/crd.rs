@@ -19,8 +19,9 @@ pub const GROUP: &str = "conveyor.dev";
 /// Annotation that stops all changes to a cluster's objects while set to `"true"`.
 pub const PAUSE_ANNOTATION: &str = "conveyor.dev/pause-reconciliation";
 
-/// Desired state of a Conveyor cluster: name servers plus `groups` broker groups, each a
-/// master (ordinal 0) and `replicasPerGroup - 1` slaves.
+/// Desired state of a Conveyor cluster: name servers plus `groups` broker groups of
+/// `replicasPerGroup` replicas each, one master and the others slaves (see `broker.failover`
+/// for who is master).
 #[derive(CustomResource, KubeSchema, Deserialize, Serialize, Clone, Debug, PartialEq)]
 #[kube(
     group = "conveyor.dev",
@@ -119,7 +120,8 @@ pub struct BrokerSpec {
     #[x_kube(validation = Rule::new("self >= 1").message("broker.groups must be at least 1"))]
     #[schemars(range(min = 1, max = 64))]
     pub groups: i32,
-    /// Pods per group: ordinal 0 is the master, the others are slaves (brokerId = ordinal).
+    /// Pods per group, one master and the others slaves (brokerId = ordinal). With two or more
+    /// and `failover.enabled`, the operator's controller picks the master; otherwise ordinal 0.
     #[serde(default = "default_replicas_per_group")]
     #[schemars(range(min = 1, max = 8))]
     pub replicas_per_group: i32,
