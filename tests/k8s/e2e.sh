@@ -62,6 +62,8 @@ OPERATOR="${CARGO_TARGET_DIR:-$ROOT/target}/debug/conveyor-operator"
 D=$(mktemp -d)
 PIDS=()
 cleanup() {
+  # A wait_for that timed out ends the script (set -e): say so instead of stopping silently.
+  [ -n "${SUMMARY:-}" ] || echo "== k8s: stopped at the first unmet wait; $PASS passed, $FAIL failed, $SKIP skipped (logs: $D)"
   for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
   # A kube-apiserver restarted by the test has been seen to ignore SIGTERM for minutes (it
   # then hung this script, and the whole test command, after the summary): 30 s, then SIGKILL.
@@ -278,7 +280,7 @@ wait_for 60 "new leader reconciles" cm_has async
 if [ -x "$CONVEYOR_BIN" ]; then
   still_master() { [ "$(K get mqc demo -o jsonpath='{.status.groups[0].master}/{.status.groups[0].epoch}')" = "demo-broker-0-1/1" ]; }
   wait_for 60 "the new leader's controller resumes from the saved state (same master, same epoch)" still_master
-  check "the broker is still ready (registered with the new leader)" curl -sf "http://127.0.0.1:$HP/readyz"
+  check "the broker is still ready (registered with the new leader)" quiet curl -sf "http://127.0.0.1:$HP/readyz"
 fi
 
 echo "-- the controller state is compare-and-set (two controllers on one ConfigMap)"
@@ -294,5 +296,6 @@ else
   skip "no kube-controller-manager: garbage collection does not run; owner references were verified above"
 fi
 
+SUMMARY=1
 echo "== k8s: $PASS passed, $FAIL failed, $SKIP skipped (logs: $D, kept with KEEP_E2E_DIR=1)"
 [ "$FAIL" = 0 ]

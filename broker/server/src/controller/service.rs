@@ -368,14 +368,24 @@ impl Controller {
 
     /// Every detection time / 4, and whenever a replica's connection closes, until
     /// `shutdown`: a group whose master is dead (or that has none) gets an election.
+    ///
+    /// A controller that is stopping closes its replicas' connections itself (the server
+    /// shares the token): those closes say nothing about the replicas, so once `shutdown` is
+    /// cancelled nothing is decided any more, whichever wake-up came first. Deciding then
+    /// would save "no master" for a healthy group, and the next controller would re-elect
+    /// it in a new epoch.
     pub async fn run_detection(&self, shutdown: CancellationToken) {
         let mut tick =
             tokio::time::interval((self.config.detection / 4).max(Duration::from_millis(50)));
         loop {
             tokio::select! {
+                biased;
+                _ = shutdown.cancelled() => return,
                 _ = tick.tick() => {}
                 _ = self.lost.notified() => {}
-                _ = shutdown.cancelled() => return,
+            }
+            if shutdown.is_cancelled() {
+                return;
             }
             let now = Instant::now();
             let groups: Vec<(String, Option<i64>)> = self
@@ -475,6 +485,28 @@ mod tests {
         assert!(c.is_alive("g", 0, Instant::now()));
         stop.cancel();
         detection.await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_stopping_controller_does_not_depose_the_master_whose_connection_it_closed() {
+        // The server and the detection loop share one token: on shutdown the server closes
+        // every replica's connection, which wakes the loop. Many rounds, because which of
+        // the two wake-ups a loop sees first is up to the scheduler.
+        for _ in 0..50 {
+            let c = group();
+            let stop = CancellationToken::new();
+            let detection = tokio::spawn({
+                let (c, stop) = (c.clone(), stop.clone());
+                async move { c.run_detection(stop).await }
+            });
+            tokio::task::yield_now().await;
+            stop.cancel();
+            c.connection_closed(100);
+            c.connection_closed(101);
+            detection.await.unwrap();
+            let info = c.replica_info("g").unwrap();
+            assert_eq!((info.master, info.master_epoch), (Some(0), 1));
+        }
     }
 
     #[test]
