@@ -16,6 +16,7 @@
 //! - [`client_processor`] — heartbeats, group membership, orderly locks.
 //! - [`admin`] — topics, groups and the statistics `mqadmin` reads.
 //! - [`transaction`] — END_TRANSACTION, half-message bookkeeping and check-backs.
+//! - [`relay`] — writes that reach a replica which is not master go to its master.
 //!
 //! Background services: [`schedule`] (delay levels), [`timer`] (timer messages),
 //! [`register`] (name-server registration). Where a message is parked is decided by one pure
@@ -41,6 +42,7 @@ pub mod parking;
 pub mod pull;
 pub mod query;
 pub mod register;
+pub mod relay;
 pub mod reply;
 pub mod retry;
 pub mod schedule;
@@ -75,7 +77,7 @@ use parking::ParkingRules;
 use pull::{PullDeps, PullMessageProcessor};
 use query::QueryMessageProcessor;
 use register::NameServerRegistrar;
-use reply::{json_body, not_supported, refuse_on_slave, Reply};
+use reply::{json_body, not_supported, Reply};
 use retry::SendMsgBackProcessor;
 use schedule::ScheduleMessageService;
 use send::{SendDeps, SendMessageProcessor};
@@ -125,6 +127,8 @@ pub struct Broker {
     transactions: Arc<TransactionalMessageService>,
     /// The role and the replication stream.
     replication: Arc<Replication>,
+    /// Writes reaching this broker while it is not master go to the master.
+    relay: relay::WriteRelay,
     /// When an append counts as done (flush, slaves).
     durability: Arc<Durability>,
     /// The advertised address (STOREHOST of records).
@@ -378,6 +382,7 @@ impl Broker {
             schedule,
             timer,
             transactions,
+            relay: relay::WriteRelay::new(replication.clone()),
             replication,
             durability,
             store_host,
@@ -552,15 +557,10 @@ impl Broker {
 
     /// The dispatch table: which service answers which request code.
     async fn dispatch(&self, conn: &Connection, req: &RemotingCommand) -> Reply {
-        if matches!(
-            req.code,
-            rc::SEND_MESSAGE
-                | rc::SEND_MESSAGE_V2
-                | rc::SEND_BATCH_MESSAGE
-                | rc::CONSUMER_SEND_MSG_BACK
-                | rc::END_TRANSACTION
-        ) {
-            refuse_on_slave(req, &self.replication)?;
+        if relay::is_write(req.code) {
+            if let relay::Route::Master(master) = self.relay.route(req)? {
+                return self.relay.relay(&master, req).await;
+            }
         }
         match req.code {
             rc::SEND_MESSAGE | rc::SEND_MESSAGE_V2 | rc::SEND_BATCH_MESSAGE => {
@@ -621,6 +621,9 @@ impl Processor for Broker {
     }
 
     fn runs_inline(&self, request: &RemotingCommand) -> bool {
+        if relay::is_write(request.code) && !self.replication.is_master() {
+            return false; // relayed to the master: it waits on the network
+        }
         match request.code {
             // A send waits only for a SYNC flush or slaves; topic auto-creation registers in
             // the background.

@@ -46,19 +46,6 @@ pub fn store_error_response(req: &RemotingCommand, e: &StoreError) -> RemotingCo
     error_response(req, code, e.to_string())
 }
 
-/// SERVICE_NOT_AVAILABLE for a write sent to a slave (RocketMQ: "messages are put to the
-/// slave"): writes go to the group's master, which clients find in the route.
-pub fn refuse_on_slave(req: &RemotingCommand, replication: &crate::ha::Replication) -> Reply {
-    if replication.is_master() {
-        return Ok(ok(req));
-    }
-    Err(error_response(
-        req,
-        resp::SERVICE_NOT_AVAILABLE,
-        "this broker is a slave: it takes no writes; send to the master of its group",
-    ))
-}
-
 /// A success answer carrying a JSON body, or SYSTEM_ERROR when it could not be encoded.
 pub fn json_body<E: std::fmt::Display>(req: &RemotingCommand, body: Result<Vec<u8>, E>) -> Reply {
     let body = body.map_err(|e| error_response(req, resp::SYSTEM_ERROR, e.to_string()))?;

@@ -1,8 +1,8 @@
 //! Controller mode on the broker (RocketMQ 5's ReplicasManager): register with the
 //! controller, heartbeat to it with the log's epoch and end, and take the role it answers —
 //! master of a new epoch, slave of another replica, or fenced while no master exists. As a
-//! master it also keeps the in-sync set honest: a slave that caught up is added, one that
-//! stayed behind or away too long is dropped, each change asked of the controller by
+//! master it also keeps the in-sync set honest: a slave that caught up is added, one whose
+//! stream closed or that stayed behind too long is dropped, each change asked of the controller by
 //! compare-and-set, and while a change is pending acknowledgements need the union of the
 //! old and the new set, so a master can never quietly shrink the set to itself.
 
@@ -217,13 +217,22 @@ async fn keep_in_sync(
             desired.insert(s.broker_id);
         }
     }
+    // A member whose stream closed (a slave restarted, stopped or killed) is dropped at once,
+    // as RocketMQ's AutoSwitchHAService does when a connection goes: otherwise every
+    // synchronous send would wait for it, and time out, until it counted as behind for
+    // `max-time-not-caught-up-ms`. One that is connected but behind gets that long.
+    let left = |id: i64| {
+        slaves
+            .iter()
+            .any(|s| s.broker_id == id && s.connection.is_none())
+    };
     for id in others(&set, me) {
         if caught_up(id) {
             keeper.behind_since.remove(&id);
             continue;
         }
         let since = *keeper.behind_since.entry(id).or_insert(now);
-        if now.duration_since(since) >= repl.config.max_time_not_caught_up() {
+        if left(id) || now.duration_since(since) >= repl.config.max_time_not_caught_up() {
             desired.remove(&id);
         }
     }
