@@ -357,6 +357,11 @@ pub struct BrokerGroupStatus {
     /// When the operator last saw a new master promoted (failover only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_failover: Option<String>,
+    /// The replication-aware rolling restart in progress (failover only): the pod being
+    /// restarted, the switchover, or what the next restart waits for. Absent when every pod
+    /// runs the current revision.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<String>,
 }
 
 impl MessageQueueCluster {

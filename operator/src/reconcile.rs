@@ -10,6 +10,7 @@ pub mod conditions;
 pub mod context;
 pub mod observe;
 pub mod plan;
+pub mod roll;
 pub mod status;
 
 use std::sync::Arc;
@@ -73,7 +74,21 @@ async fn reconcile_inner(mqc: &MessageQueueCluster, ctx: &Context) -> Result<Act
     };
     let existing = observe::existing_groups(&ctx.client, &ns, mqc).await?;
     let plan = plan::plan(mqc, &existing, &ctx.env);
-    let observed = apply::apply_plan(&ctx.client, &ns, &plan, &existing).await?;
+    let mut observed = apply::apply_plan(&ctx.client, &ns, &plan, &existing).await?;
+    if let Some(c) = &controller {
+        // Under failover the operator rolls the pods: one step per group and reconcile.
+        let decided = c.state();
+        let pods = observe::group_pods(&ctx.client, &ns, mqc).await?;
+        for g in &plan.groups {
+            let Some(sts) = observed.groups.get(&g.index) else {
+                continue;
+            };
+            let group_pods = pods.get(&g.index).map(Vec::as_slice).unwrap_or_default();
+            let step = roll::next_step(sts, group_pods, decided.groups.get(&g.name));
+            let done = apply::carry_out_roll(&ctx.client, &ns, c, &g.name, step).await?;
+            observed.rollouts.insert(g.index, done);
+        }
+    }
     let decided = controller.map(|c| c.state());
     let outcome = status::status(mqc, &plan, &observed, decided.as_ref(), Timestamp::now());
     apply::patch_status(ctx, &ns, &name, &outcome.status).await?;

@@ -234,7 +234,12 @@ fn load_as_the_pod(
         std::fs::write(mount.join(file), text).unwrap();
     }
     let pod = format!("orders-broker-{group}-{ordinal}");
-    let sts = broker_statefulset(mqc, group, &cm);
+    let sts = broker_statefulset(
+        mqc,
+        group,
+        &cm,
+        &conveyor_operator::builders::OperatorEnv::default(),
+    );
     let container = &sts.spec.unwrap().template.spec.unwrap().containers[0];
     let args = container.args.clone().unwrap().into_iter().map(|a| {
         a.replace("$(POD_NAME)", &pod)

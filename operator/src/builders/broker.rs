@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::{
     StatefulSet, StatefulSetPersistentVolumeClaimRetentionPolicy, StatefulSetSpec,
+    StatefulSetUpdateStrategy,
 };
 use k8s_openapi::api::core::v1::{
     ConfigMap, ConfigMapVolumeSource, Container, PersistentVolumeClaim, PersistentVolumeClaimSpec,
@@ -81,11 +82,15 @@ pub fn broker_headless_service(mqc: &MessageQueueCluster, group: i32) -> Service
 }
 
 /// A group's StatefulSet. `config` is the group's ConfigMap (its data goes into the pod
-/// template's config hash, so any configuration change rolls the pods).
+/// template's config hash, so any configuration change rolls the pods). Under failover the
+/// operator rolls the pods itself, replication-aware (strategy `OnDelete`, see
+/// `reconcile::roll`); with classic roles the StatefulSet's rolling update already restarts
+/// the slaves (higher ordinals) before the master (ordinal 0).
 pub fn broker_statefulset(
     mqc: &MessageQueueCluster,
     group: i32,
     config: &ConfigMap,
+    env: &OperatorEnv,
 ) -> StatefulSet {
     let cluster = mqc.name_any();
     let spec = &mqc.spec;
@@ -163,6 +168,17 @@ pub fn broker_statefulset(
             replicas: Some(spec.broker.replicas_per_group),
             service_name: Some(name),
             pod_management_policy: Some("Parallel".into()),
+            update_strategy: Some(StatefulSetUpdateStrategy {
+                type_: Some(
+                    if env.controller_for(mqc).is_some() {
+                        "OnDelete"
+                    } else {
+                        "RollingUpdate"
+                    }
+                    .into(),
+                ),
+                ..Default::default()
+            }),
             selector: LabelSelector {
                 match_labels: Some(selector_labels(mqc, Component::Broker, Some(group))),
                 ..Default::default()

@@ -178,7 +178,7 @@ fn config_hash_changes_with_the_config_and_only_then() {
     let mqc = cluster(1, 1);
     let hash_of = |m: &MessageQueueCluster| {
         let cm = broker_config_map(m, 0, &crate::builders::OperatorEnv::default()).unwrap();
-        broker_statefulset(m, 0, &cm)
+        broker_statefulset(m, 0, &cm, &crate::builders::OperatorEnv::default())
             .spec
             .unwrap()
             .template
@@ -208,7 +208,7 @@ fn broker_statefulset_has_storage_probes_and_security() {
         ..Default::default()
     });
     let cm = broker_config_map(&mqc, 1, &crate::builders::OperatorEnv::default()).unwrap();
-    let sts = broker_statefulset(&mqc, 1, &cm);
+    let sts = broker_statefulset(&mqc, 1, &cm, &crate::builders::OperatorEnv::default());
     assert_eq!(sts.metadata.name.as_deref(), Some("orders-broker-1"));
     assert_eq!(sts.metadata.namespace.as_deref(), Some("mq"));
     let spec = sts.spec.unwrap();
@@ -299,7 +299,7 @@ fn placement_passes_through_to_every_pod() {
     };
     let cm = broker_config_map(&mqc, 0, &crate::builders::OperatorEnv::default()).unwrap();
     for pod in [
-        broker_statefulset(&mqc, 0, &cm)
+        broker_statefulset(&mqc, 0, &cm, &crate::builders::OperatorEnv::default())
             .spec
             .unwrap()
             .template
@@ -352,7 +352,7 @@ fn a_groups_replicas_prefer_different_nodes_and_with_rack_awareness_different_zo
     let mut mqc = cluster(2, 2);
     let cm = broker_config_map(&mqc, 1, &crate::builders::OperatorEnv::default()).unwrap();
     let pod = |mqc: &MessageQueueCluster| {
-        broker_statefulset(mqc, 1, &cm)
+        broker_statefulset(mqc, 1, &cm, &crate::builders::OperatorEnv::default())
             .spec
             .unwrap()
             .template
@@ -411,7 +411,7 @@ fn names_labels_and_owner_references_are_stable() {
     let mqc = cluster(3, 1);
     let cm = broker_config_map(&mqc, 2, &crate::builders::OperatorEnv::default()).unwrap();
     assert_eq!(cm.metadata.name.as_deref(), Some("orders-broker-2-config"));
-    let sts = broker_statefulset(&mqc, 2, &cm);
+    let sts = broker_statefulset(&mqc, 2, &cm, &crate::builders::OperatorEnv::default());
     let sel = sts
         .spec
         .as_ref()
@@ -453,7 +453,7 @@ fn names_labels_and_owner_references_are_stable() {
     changed.spec.broker.flush_mode = FlushMode::Sync;
     changed.spec.image = "localhost/conveyor:next".into();
     let cm2 = broker_config_map(&changed, 2, &crate::builders::OperatorEnv::default()).unwrap();
-    let sts2 = broker_statefulset(&changed, 2, &cm2);
+    let sts2 = broker_statefulset(&changed, 2, &cm2, &crate::builders::OperatorEnv::default());
     assert_eq!(
         sts2.spec.unwrap().selector,
         sts.spec.clone().unwrap().selector
@@ -620,4 +620,28 @@ fn failover_renders_the_controller_and_no_fixed_role() {
         assert!(s.broker.broker_role.is_some());
         assert_eq!(s.replication.controller_addrs, None);
     }
+}
+
+#[test]
+fn failover_groups_are_rolled_by_the_operator_and_classic_ones_by_the_statefulset() {
+    let env = crate::builders::OperatorEnv {
+        controller_addr: Some("conveyor-operator-controller.ops.svc:9878".into()),
+    };
+    let strategy = |mqc: &MessageQueueCluster, env: &crate::builders::OperatorEnv| {
+        let cm = broker_config_map(mqc, 0, env).unwrap();
+        broker_statefulset(mqc, 0, &cm, env)
+            .spec
+            .unwrap()
+            .update_strategy
+            .unwrap()
+            .type_
+            .unwrap()
+    };
+    assert_eq!(strategy(&cluster(1, 2), &env), "OnDelete");
+    // Classic roles: the StatefulSet restarts the highest ordinals (slaves) first anyway.
+    assert_eq!(
+        strategy(&cluster(1, 2), &crate::builders::OperatorEnv::default()),
+        "RollingUpdate"
+    );
+    assert_eq!(strategy(&cluster(1, 1), &env), "RollingUpdate");
 }

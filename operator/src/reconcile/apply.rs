@@ -15,6 +15,7 @@ use serde::Serialize;
 use super::context::{Context, Error, FIELD_MANAGER};
 use super::observe::ExistingGroups;
 use super::plan::{GroupAction, Plan};
+use super::roll::RollStep;
 use super::status::{Notice, Observed};
 use crate::crd::{MessageQueueCluster, MessageQueueClusterStatus};
 
@@ -73,7 +74,53 @@ pub async fn apply_plan(
     Ok(Observed {
         name_server,
         groups,
+        rollouts: BTreeMap::new(),
     })
+}
+
+/// Carries out `step` of the roll of group `group` (its broker name): deletes the pod
+/// (conditional on its uid, so a pod recreated meanwhile is spared) or asks `controller` for
+/// the switchover. Returns what happened: the step itself, or a wait saying why the
+/// controller refused the switchover (the next reconcile plans again).
+pub async fn carry_out_roll(
+    client: &Client,
+    ns: &str,
+    controller: &conveyor::controller::Controller,
+    group: &str,
+    step: RollStep,
+) -> Result<RollStep, Error> {
+    match &step {
+        RollStep::Restart { pod, uid, .. } => {
+            let api: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(client.clone(), ns);
+            let params = kube::api::DeleteParams {
+                preconditions: uid.clone().map(|uid| kube::api::Preconditions {
+                    uid: Some(uid),
+                    resource_version: None,
+                }),
+                ..Default::default()
+            };
+            tracing::info!(group, pod, "rolling restart: deleting the pod");
+            match api.delete(pod, &params).await {
+                Ok(_) => Ok(step),
+                // Already gone or replaced: the next reconcile sees the new pod.
+                Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => Ok(RollStep::Wait(
+                    format!("{pod} changed before its restart: {}", e.message),
+                )),
+                Err(e) => Err(e.into()),
+            }
+        }
+        RollStep::Switchover { from, to, to_id } => {
+            tracing::info!(group, from, to, "rolling restart: switchover");
+            match controller.elect(group, Some(*to_id)) {
+                Ok(_) => Ok(step),
+                Err(e) => {
+                    tracing::warn!(group, to, error = %e, "switchover refused");
+                    Ok(RollStep::Wait(format!("switchover to {to} refused: {e}")))
+                }
+            }
+        }
+        RollStep::UpToDate | RollStep::Wait(_) => Ok(step),
+    }
 }
 
 /// Writes `status` through the status subresource (server-side apply, forced).

@@ -117,6 +117,12 @@ pub const ACTION_PAUSE: &str = "Pause";
 pub const ACTION_FAILOVER: &str = "Failover";
 /// Event `reason` of a promotion: a group has a new master in a new epoch.
 pub const MASTER_PROMOTED: &str = "MasterPromoted";
+/// Event `action` of the replication-aware rolling restart's steps.
+pub const ACTION_ROLL: &str = "Roll";
+/// Event `reason` of a broker pod deleted by the roll (its StatefulSet recreates it).
+pub const ROLLING_RESTART: &str = "RollingRestart";
+/// Event `reason` of a switchover the roll asked for before restarting a master.
+pub const SWITCHOVER: &str = "Switchover";
 
 #[cfg(test)]
 mod tests {

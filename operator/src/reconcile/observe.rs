@@ -1,13 +1,16 @@
-//! Reading the observed state the plan depends on: the broker-group StatefulSets a cluster owns.
-//! The one API read is separate from the pure filter, so the ownership rules are unit-tested.
+//! Reading the observed state the plan depends on: the broker-group StatefulSets a cluster owns,
+//! and (for the replication-aware roll) their pods. The API reads are separate from the pure
+//! filters, so the ownership rules are unit-tested.
 
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams};
 use kube::{Client, ResourceExt};
 
 use super::context::Error;
+use super::roll::PodState;
 use crate::builders::{Component, GROUP_LABEL};
 use crate::crd::MessageQueueCluster;
 
@@ -57,6 +60,37 @@ pub async fn existing_groups(
     Ok(owned_groups(mqc, list.items))
 }
 
+/// The broker pods of a cluster, by group index.
+pub type GroupPods = BTreeMap<i32, Vec<PodState>>;
+
+/// Sorts pods into their groups by the group label.
+pub fn pods_by_group(items: impl IntoIterator<Item = Pod>) -> GroupPods {
+    let mut groups: GroupPods = BTreeMap::new();
+    for pod in items {
+        let group = pod
+            .labels()
+            .get(GROUP_LABEL)
+            .and_then(|g| g.parse::<i32>().ok());
+        if let (Some(g), Some(state)) = (group, PodState::of(&pod)) {
+            groups.entry(g).or_default().push(state);
+        }
+    }
+    groups
+}
+
+/// Lists the broker pods of `mqc` in namespace `ns`.
+pub async fn group_pods(
+    client: &Client,
+    ns: &str,
+    mqc: &MessageQueueCluster,
+) -> Result<GroupPods, Error> {
+    let api: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let list = api
+        .list(&ListParams::default().labels(&broker_selector(&mqc.name_any())))
+        .await?;
+    Ok(pods_by_group(list.items))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -66,7 +100,7 @@ mod tests {
         let cm =
             crate::builders::broker_config_map(mqc, g, &crate::builders::OperatorEnv::default())
                 .unwrap();
-        crate::builders::broker_statefulset(mqc, g, &cm)
+        crate::builders::broker_statefulset(mqc, g, &cm, &crate::builders::OperatorEnv::default())
     }
 
     #[test]

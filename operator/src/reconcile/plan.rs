@@ -206,7 +206,7 @@ pub fn plan(mqc: &MessageQueueCluster, existing: &ExistingGroups, env: &Operator
             } else {
                 GroupAction::Apply(Box::new(BrokerGroupObjects {
                     service: builders::broker_headless_service(mqc, index),
-                    statefulset: builders::broker_statefulset(mqc, index, &config_map),
+                    statefulset: builders::broker_statefulset(mqc, index, &config_map, env),
                     pdb: builders::broker_pdb(mqc, index),
                     config_map,
                 }))
@@ -237,7 +237,7 @@ mod tests {
     fn group(mqc: &MessageQueueCluster, g: i32) -> StatefulSet {
         let cm =
             builders::broker_config_map(mqc, g, &crate::builders::OperatorEnv::default()).unwrap();
-        builders::broker_statefulset(mqc, g, &cm)
+        builders::broker_statefulset(mqc, g, &cm, &crate::builders::OperatorEnv::default())
     }
 
     fn existing(mqc: &MessageQueueCluster, groups: i32) -> ExistingGroups {

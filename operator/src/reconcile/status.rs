@@ -15,10 +15,11 @@ use conveyor::controller::decide::{ControllerState, GroupState};
 
 use super::conditions::{
     status_str, ConditionType, Reason, ACTION_FAILOVER, ACTION_PAUSE, ACTION_RECONCILE,
-    MASTER_PROMOTED, TRUE,
+    ACTION_ROLL, MASTER_PROMOTED, ROLLING_RESTART, SWITCHOVER, TRUE,
 };
 use super::context::{IDLE_REQUEUE, PROGRESS_REQUEUE};
 use super::plan::Plan;
+use super::roll::RollStep;
 use crate::builders::{self, names};
 use crate::crd::{BrokerGroupStatus, MessageQueueCluster, MessageQueueClusterStatus};
 
@@ -30,6 +31,9 @@ pub struct Observed {
     pub name_server: StatefulSet,
     /// Broker-group StatefulSets by group index.
     pub groups: BTreeMap<i32, StatefulSet>,
+    /// Under failover: the step of each group's replication-aware roll this reconcile took
+    /// or waits on (see `roll`).
+    pub rollouts: BTreeMap<i32, RollStep>,
 }
 
 /// An event to publish about the cluster.
@@ -172,6 +176,7 @@ pub fn status(
     let mut groups = Vec::new();
     let mut promotions = Vec::new();
     let mut masterless = Vec::new();
+    let mut rolls = Vec::new();
     for g in &plan.groups {
         let sts = observed.groups.get(&g.index);
         all_ready &= sts.is_some_and(statefulset_ready);
@@ -195,6 +200,10 @@ pub fn status(
             if decided.is_some_and(|d| d.master.is_none()) {
                 masterless.push(g.name.clone());
             }
+        }
+        if let Some(step) = observed.rollouts.get(&g.index).filter(|s| !s.done()) {
+            group.rollout = Some(step.to_string());
+            rolls.extend(roll_notice(&g.name, step));
         }
         groups.push(group);
     }
@@ -227,7 +236,13 @@ pub fn status(
         )
     };
     let reconciling = !ready && !stalled;
-    let (reconciling_reason, reconciling_message) = if reconciling {
+    let rolling: Vec<String> = groups
+        .iter()
+        .filter_map(|g| g.rollout.as_ref().map(|r| format!("{}: {r}", g.name)))
+        .collect();
+    let (reconciling_reason, reconciling_message) = if reconciling && !rolling.is_empty() {
+        (Reason::Progressing, rolling.join("; "))
+    } else if reconciling {
         (
             Reason::Progressing,
             "applied the desired objects; waiting for pods".to_string(),
@@ -295,6 +310,7 @@ pub fn status(
             note: s.message.clone(),
         })
         .collect();
+    notices.extend(rolls);
     notices.extend(promotions);
     if ready && !holds(old, ConditionType::Ready) {
         notices.push(Notice {
@@ -361,6 +377,21 @@ fn promotion(old: Option<&BrokerGroupStatus>, new: &BrokerGroupStatus) -> Option
             new.master.as_deref().unwrap_or("nobody"),
             old.and_then(|o| o.master.as_deref()).unwrap_or("nobody"),
         ),
+    })
+}
+
+/// The event of a roll step that changed something (a restart, a switchover).
+fn roll_notice(group: &str, step: &RollStep) -> Option<Notice> {
+    let reason = match step {
+        RollStep::Restart { .. } => ROLLING_RESTART,
+        RollStep::Switchover { .. } => SWITCHOVER,
+        RollStep::UpToDate | RollStep::Wait(_) => return None,
+    };
+    Some(Notice {
+        type_: EventType::Normal,
+        reason,
+        action: ACTION_ROLL,
+        note: format!("{group}: {step}"),
     })
 }
 

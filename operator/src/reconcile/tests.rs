@@ -234,7 +234,7 @@ fn existing_group(mqc: &MessageQueueCluster, group: i32) -> StatefulSet {
     let cm =
         crate::builders::broker_config_map(mqc, group, &crate::builders::OperatorEnv::default())
             .unwrap();
-    crate::builders::broker_statefulset(mqc, group, &cm)
+    crate::builders::broker_statefulset(mqc, group, &cm, &crate::builders::OperatorEnv::default())
 }
 
 #[tokio::test]

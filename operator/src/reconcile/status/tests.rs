@@ -53,6 +53,7 @@ fn applied(mqc: &MessageQueueCluster, ready: bool) -> (Plan, Observed) {
     let observed = Observed {
         name_server: finish(p.name_server.statefulset.clone()),
         groups,
+        rollouts: Default::default(),
     };
     (p, observed)
 }
@@ -404,4 +405,62 @@ fn classic_roles_report_ordinal_zero_and_no_degraded_condition() {
         Some("orders-broker-0-0")
     );
     assert!(out.status.conditions.iter().all(|c| c.type_ != "Degraded"));
+}
+
+#[test]
+fn a_rolling_restart_is_reported_per_group_with_an_event_per_step() {
+    let mqc = cluster(1, 2);
+    let (p, mut observed) = applied(&mqc, false);
+    observed.rollouts.insert(
+        0,
+        RollStep::Restart {
+            pod: "orders-broker-0-1".into(),
+            uid: None,
+            master: false,
+        },
+    );
+    let out = status(
+        &mqc,
+        &p,
+        &observed,
+        Some(&decided(Some(0), 1, &[0, 1])),
+        t0(),
+    );
+    let expected = "restarting orders-broker-0-1 (slave) for the new revision";
+    assert_eq!(out.status.groups[0].rollout.as_deref(), Some(expected));
+    let reconciling = get(&out.status, ConditionType::Reconciling);
+    assert_eq!(reconciling.message, format!("orders-broker-0: {expected}"));
+    let events: Vec<_> = out
+        .notices
+        .iter()
+        .map(|n| (n.reason, n.note.as_str()))
+        .collect();
+    assert_eq!(
+        events,
+        [(
+            ROLLING_RESTART,
+            format!("orders-broker-0: {expected}").as_str()
+        )]
+    );
+
+    // A wait is reported but announced by no event; a finished roll is not reported.
+    observed.rollouts.insert(
+        0,
+        RollStep::Wait("orders-broker-0-1 is not in sync yet".into()),
+    );
+    let out = status(&mqc, &p, &observed, Some(&decided(Some(0), 1, &[0])), t0());
+    assert_eq!(
+        out.status.groups[0].rollout.as_deref(),
+        Some("rolling restart waits: orders-broker-0-1 is not in sync yet")
+    );
+    assert!(out.notices.is_empty());
+    observed.rollouts.insert(0, RollStep::UpToDate);
+    let out = status(
+        &mqc,
+        &p,
+        &observed,
+        Some(&decided(Some(0), 1, &[0, 1])),
+        t0(),
+    );
+    assert_eq!(out.status.groups[0].rollout, None);
 }
