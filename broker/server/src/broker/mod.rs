@@ -558,13 +558,14 @@ impl Broker {
     /// The dispatch table: which service answers which request code.
     async fn dispatch(&self, conn: &Connection, req: &RemotingCommand) -> Reply {
         if relay::is_write(req.code) {
-            if let relay::Route::Master(master) = self.relay.route(req)? {
+            if let relay::Route::Master(master) = self.relay.route(req).await? {
                 return self.relay.relay(&master, req).await;
             }
         }
         match req.code {
             rc::SEND_MESSAGE | rc::SEND_MESSAGE_V2 | rc::SEND_BATCH_MESSAGE => {
-                self.send.handle(conn, req).await
+                let answer = self.send.handle(conn, req).await;
+                self.relay.after_demotion(req, answer).await
             }
             rc::CONSUMER_SEND_MSG_BACK => self.send_back.handle(req).await,
             rc::PULL_MESSAGE | rc::LITE_PULL_MESSAGE => self.pull.handle(conn, req).await,

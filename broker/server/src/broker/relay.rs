@@ -7,8 +7,9 @@
 //!
 //! The master stores and acknowledges exactly as for a direct send (its STOREHOST is in the
 //! message id, and the offsets are its own), so the relay adds one hop and changes nothing
-//! else. A relayed request is marked: a replica that is not master either (the master moved
-//! again meanwhile) refuses it instead of relaying it on, so requests never loop.
+//! else. A relayed request is marked: its receiver waits briefly to learn of its own election
+//! (the former master may have heard of it first), and one that is still not master then (the
+//! master moved again meanwhile) refuses it instead of relaying it on, so requests never loop.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -27,6 +28,11 @@ const RELAYED: &str = "conveyorRelayed";
 /// How long the master may take: a SYNC flush or slave acknowledgement waits up to the
 /// broker's sync timeout (5 s by default) before it answers.
 const RELAY_TIMEOUT: Duration = Duration::from_secs(8);
+
+/// How long a relayed write waits for its receiver to become master: the controller tells
+/// each replica on its next heartbeat (every second by default), so the former master may
+/// hear of an election and relay before the new master knows it was elected.
+const PROMOTION_WAIT: Duration = Duration::from_secs(3);
 
 /// The request codes that change a group's data and so must reach its master.
 pub fn is_write(code: i32) -> bool {
@@ -71,8 +77,12 @@ impl WriteRelay {
     /// already; otherwise SERVICE_NOT_AVAILABLE saying why. A consumer offset that cannot be
     /// relayed is kept here, as RocketMQ's slaves do (the master's copy wins at the next
     /// metadata sync).
-    pub fn route(&self, req: &RemotingCommand) -> Result<Route, RemotingCommand> {
+    pub async fn route(&self, req: &RemotingCommand) -> Result<Route, RemotingCommand> {
         if self.replication.is_master() {
+            return Ok(Route::Local);
+        }
+        if req.ext(RELAYED).is_some() && self.became_master().await {
+            // The former master heard of the election before this broker did.
             return Ok(Route::Local);
         }
         let refuse = |why: &str| {
@@ -99,6 +109,47 @@ impl WriteRelay {
         match self.replication.master_broker() {
             Some(master) if slave => Ok(Route::Master(master)),
             _ => refuse("no master is known for the group right now"),
+        }
+    }
+
+    /// Waits at most [`PROMOTION_WAIT`] for this broker to become master; true if it did.
+    async fn became_master(&self) -> bool {
+        let mut role = self.replication.role_changes();
+        let promoted = async {
+            role.wait_for(|r| matches!(r, RoleState::Master { .. }))
+                .await
+                .is_ok()
+        };
+        tokio::time::timeout(PROMOTION_WAIT, promoted)
+            .await
+            .unwrap_or(false)
+    }
+
+    /// The answer to send `req` that this broker stored as master: unchanged, unless the
+    /// broker was deposed while the send waited for its slaves (a switchover or a failover
+    /// named another master, whose stream stopped acknowledging). Then the record will be cut
+    /// from this log when it follows the new master, so rather than answering
+    /// SLAVE_NOT_AVAILABLE or FLUSH_SLAVE_TIMEOUT the send is relayed to the new master,
+    /// which stores and acknowledges it. (If the new master had already received this
+    /// broker's copy, the message is stored twice: at least once, as with a client retry.)
+    pub async fn after_demotion(&self, req: &RemotingCommand, answer: Reply) -> Reply {
+        let code = match &answer {
+            Ok(r) | Err(r) => r.code,
+        };
+        if !matches!(code, resp::SLAVE_NOT_AVAILABLE | resp::FLUSH_SLAVE_TIMEOUT)
+            || self.replication.is_master()
+        {
+            return answer;
+        }
+        match self.route(req).await {
+            Ok(Route::Master(master)) => {
+                tracing::info!(
+                    master,
+                    "deposed while a send waited for slaves: relayed to the new master"
+                );
+                self.relay(&master, req).await
+            }
+            _ => answer,
         }
     }
 
