@@ -84,7 +84,9 @@ async fn reconcile_inner(mqc: &MessageQueueCluster, ctx: &Context) -> Result<Act
                 continue;
             };
             let group_pods = pods.get(&g.index).map(Vec::as_slice).unwrap_or_default();
-            let step = roll::next_step(sts, group_pods, decided.groups.get(&g.name));
+            let group = decided.groups.get(&g.name);
+            let since = status::master_since(mqc, &g.name, group, Timestamp::now());
+            let step = roll::next_step(sts, group_pods, group, since);
             let done = apply::carry_out_roll(&ctx.client, &ns, c, &g.name, step).await?;
             observed.rollouts.insert(g.index, done);
         }

@@ -280,7 +280,7 @@ if [ -n "$CP" ] && [ -n "$NS_IP" ]; then
     java -Xms64m -Xmx512m -Drocketmq.client.logRoot="$D/java" -Duser.home="$D/java" \
       -cp "$CP" conveyor.compat.Ledger "$@"
   }
-  (java_run produce "$NS_IP:9876" PodsTopic "$D/ledger" > "$D/producer.out" 2>"$D/producer.log") &
+  (java_run produce-defaults "$NS_IP:9876" PodsTopic "$D/ledger" > "$D/producer.out" 2>"$D/producer.log") &
   PRODUCER=$!
   acked() { [ "$(wc -l < "$D/ledger/ok" 2>/dev/null || echo 0)" -ge 200 ]; }
   wait_for 120 "the Java producer got 200 SEND_OK from the broker pods" acked
@@ -348,6 +348,45 @@ if [ -n "$CP" ] && [ -n "$NS_IP" ]; then
     broker_roles
     echo "    brokers: $roles(status: $(group_status))"
   else bad "no task for the master container $master"; fi
+
+  # A flushMode change under load: the operator rolls the group itself (StatefulSet strategy
+  # OnDelete): the slave first, then a switchover to it once it is back in sync, then, after
+  # the clients' route poll, the former master. The producer (client defaults) must see no
+  # failed send: while its route still names the former master, that one relays to the new.
+  echo "== real pods: a flushMode change rolls the group under load"
+  both_in_sync_now() { [[ "$(group_status)" == pods-broker-0-*/*/*pods-broker-0-0*pods-broker-0-1* ]]; }
+  wait_for 120 "both replicas in sync before the roll" both_in_sync_now
+  ROLL_MASTER=$(K get mqc pods -o jsonpath='{.status.groups[0].master}')
+  case "$ROLL_MASTER" in pods-broker-0-0) ROLL_SLAVE=pods-broker-0-1 ;; *) ROLL_SLAVE=pods-broker-0-0 ;; esac
+  check "broker StatefulSet uses OnDelete (the operator rolls it)" test \
+    "$(K get sts pods-broker-0 -o jsonpath='{.spec.updateStrategy.type}')" = OnDelete
+  uid_m=$(K get pod "$ROLL_MASTER" -o jsonpath='{.metadata.uid}')
+  uid_s=$(K get pod "$ROLL_SLAVE" -o jsonpath='{.metadata.uid}')
+  failed0=$(wc -l < "$D/ledger/failed")
+  ROLL_T0=$(date +%s%3N)
+  K patch mqc pods --type merge -p '{"spec":{"broker":{"flushMode":"Sync"}}}' >/dev/null
+  rolled() {
+    [ "$(K get pod "$ROLL_MASTER" -o jsonpath='{.metadata.uid}')" != "$uid_m" ] &&
+      [ "$(K get pod "$ROLL_SLAVE" -o jsonpath='{.metadata.uid}')" != "$uid_s" ] &&
+      [ "$(K get sts pods-broker-0 -o jsonpath='{.status.updatedReplicas}/{.status.readyReplicas}')" = 2/2 ] &&
+      [ -z "$(K get mqc pods -o jsonpath='{.status.groups[0].rollout}')" ] && both_in_sync_now
+  }
+  wait_for 420 "both broker pods replaced at the new revision, Ready and in sync again" rolled
+  ROLL_T1=$(date +%s%3N)
+  steps=$(K get events.events.k8s.io --sort-by=.eventTime \
+    -o jsonpath='{range .items[*]}{.reason}: {.note}{"\n"}{end}' | grep -E '^(RollingRestart|Switchover):' || true)
+  echo "$steps" | sed 's/^/    /'
+  expected="RollingRestart: pods-broker-0: restarting $ROLL_SLAVE (slave) for the new revision
+Switchover: pods-broker-0: handing the master role from $ROLL_MASTER to $ROLL_SLAVE before $ROLL_MASTER restarts
+RollingRestart: pods-broker-0: restarting $ROLL_MASTER (slave) for the new revision"
+  check "the slave restarted first, then a switchover, then the former master (events)" test "$steps" = "$expected"
+  check "the master is now $ROLL_SLAVE" test "$(K get mqc pods -o jsonpath='{.status.groups[0].master}')" = "$ROLL_SLAVE"
+  flush_sync() { K get cm pods-broker-0-config -o jsonpath='{.data.pods-broker-0-0\.toml}' | grep -q '^flush-mode = "sync"'; }
+  check "the restarted brokers' configuration has the new flush mode" flush_sync
+  failed1=$(wc -l < "$D/ledger/failed")
+  check "no failed send during the roll (the Java client's defaults)" test "$failed1" = "$failed0"
+  worst=$(awk -v a="$ROLL_T0" -v b="$ROLL_T1" '$2 >= a && $2 <= b && $3 > w {w = $3} END {print w + 0}' "$D/ledger/slow")
+  echo "    roll took $(( (ROLL_T1 - ROLL_T0) / 1000 )) s; worst send latency during it: ${worst} ms (0: every send under 500 ms); failed sends: $((failed1 - failed0))"
   base=$(wc -l < "$D/ledger/ok")
   more() { [ "$(wc -l < "$D/ledger/ok")" -ge $((base + 200)) ]; }
   wait_for 120 "the producer goes on after the restart (200 more SEND_OK)" more

@@ -11,6 +11,7 @@
 //! state to the one next step of a group. The reconciler carries it out and reports it.
 
 use std::fmt;
+use std::time::Duration;
 
 use conveyor::controller::decide::GroupState;
 use k8s_openapi::api::apps::v1::StatefulSet;
@@ -110,9 +111,20 @@ impl fmt::Display for RollStep {
     }
 }
 
+/// How long after a change of master no pod restarts: RocketMQ clients learn the new master
+/// on their next name-server poll (every 30 s by default) and meanwhile write through the
+/// former master, which relays to the new one; restarting it sooner would fail their sends.
+pub const ROUTE_REFRESH: Duration = Duration::from_secs(35);
+
 /// The next step of the roll of the group run by `sts`, whose pods are `pods` and whose
-/// controller state is `decided`.
-pub fn next_step(sts: &StatefulSet, pods: &[PodState], decided: Option<&GroupState>) -> RollStep {
+/// controller state is `decided`; `master_since` is how long ago the group's master last
+/// changed (`None`: never since the first election).
+pub fn next_step(
+    sts: &StatefulSet,
+    pods: &[PodState],
+    decided: Option<&GroupState>,
+    master_since: Option<Duration>,
+) -> RollStep {
     let want = sts.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
     let Some(status) = &sts.status else {
         return RollStep::Wait("the StatefulSet has no status yet".into());
@@ -152,6 +164,14 @@ pub fn next_step(sts: &StatefulSet, pods: &[PodState], decided: Option<&GroupSta
     // Slaves first, highest ordinal first (the StatefulSet's own order).
     outdated.sort_by_key(|p| std::cmp::Reverse(p.ordinal));
     let is_master = |p: &PodState| i64::from(p.ordinal) == master;
+    if let Some(since) = master_since.filter(|s| *s < ROUTE_REFRESH) {
+        return RollStep::Wait(format!(
+            "the master changed {}s ago; clients learn it on their next route poll, so no pod \
+             restarts for {}s",
+            since.as_secs(),
+            (ROUTE_REFRESH - since).as_secs()
+        ));
+    }
     if let Some(slave) = outdated.iter().find(|p| !is_master(p)) {
         // Everybody else holds every acknowledged message: the previous restart caught up.
         if let Some(behind) = pods
@@ -253,23 +273,32 @@ mod tests {
         let s = sts(3);
         let g = group(0, &[0, 1, 2]);
         let mut pods = vec![pod(0, "old"), pod(1, "old"), pod(2, "old")];
-        assert_eq!(next_step(&s, &pods, Some(&g)), restart(2));
+        assert_eq!(next_step(&s, &pods, Some(&g), None), restart(2));
         pods[2].revision = Some("new".into());
-        assert_eq!(next_step(&s, &pods, Some(&g)), restart(1));
+        assert_eq!(next_step(&s, &pods, Some(&g), None), restart(1));
         pods[1].revision = Some("new".into());
         assert_eq!(
-            next_step(&s, &pods, Some(&g)),
+            next_step(&s, &pods, Some(&g), None),
             RollStep::Switchover {
                 from: "g-0".into(),
                 to: "g-1".into(),
                 to_id: 1
             }
         );
-        // After the switchover the former master is a slave like any other.
+        // After the switchover the former master is a slave like any other, restarted once
+        // clients had a route poll to learn the new master (they write through it meanwhile).
         let g = group(1, &[1, 2]);
-        assert_eq!(next_step(&s, &pods, Some(&g)), restart(0));
+        let just = Some(Duration::from_secs(2));
+        assert!(matches!(
+            next_step(&s, &pods, Some(&g), just),
+            RollStep::Wait(_)
+        ));
+        assert_eq!(
+            next_step(&s, &pods, Some(&g), Some(ROUTE_REFRESH)),
+            restart(0)
+        );
         pods[0].revision = Some("new".into());
-        assert!(next_step(&s, &pods, Some(&g)).done());
+        assert!(next_step(&s, &pods, Some(&g), None).done());
     }
 
     #[test]
@@ -279,23 +308,23 @@ mod tests {
         pods[2].ready = false;
         let g = group(0, &[0, 1, 2]);
         assert_eq!(
-            next_step(&s, &pods, Some(&g)),
+            next_step(&s, &pods, Some(&g), None),
             RollStep::Wait("g-2 is not ready".into())
         );
         pods[2].ready = true;
         let g = group(0, &[0, 1]);
         assert_eq!(
-            next_step(&s, &pods, Some(&g)),
+            next_step(&s, &pods, Some(&g), None),
             RollStep::Wait("g-2 is not in sync yet".into())
         );
         pods[2].terminating = true;
         assert_eq!(
-            next_step(&s, &pods, Some(&g)),
+            next_step(&s, &pods, Some(&g), None),
             RollStep::Wait("g-2 is terminating".into())
         );
         let pods = vec![pod(0, "old"), pod(2, "new")];
         assert_eq!(
-            next_step(&s, &pods, Some(&g)),
+            next_step(&s, &pods, Some(&g), None),
             RollStep::Wait("pod ordinal 1 does not exist yet".into())
         );
     }
@@ -305,7 +334,7 @@ mod tests {
         let s = sts(2);
         let pods = vec![pod(0, "old"), pod(1, "new")];
         assert_eq!(
-            next_step(&s, &pods, Some(&group(0, &[0]))),
+            next_step(&s, &pods, Some(&group(0, &[0])), None),
             RollStep::Wait(
                 "no in-sync slave to hand the master role to before g-0 restarts".into()
             )
@@ -315,14 +344,17 @@ mod tests {
             ..group(0, &[0, 1])
         };
         assert!(matches!(
-            next_step(&s, &pods, Some(&masterless)),
+            next_step(&s, &pods, Some(&masterless), None),
             RollStep::Wait(_)
         ));
-        assert!(matches!(next_step(&s, &pods, None), RollStep::Wait(_)));
+        assert!(matches!(
+            next_step(&s, &pods, None, None),
+            RollStep::Wait(_)
+        ));
         // A group of one has nobody to hand over to: its master restarts.
         let s = sts(1);
         assert_eq!(
-            next_step(&s, &[pod(0, "old")], Some(&group(0, &[0]))),
+            next_step(&s, &[pod(0, "old")], Some(&group(0, &[0])), None),
             RollStep::Restart {
                 pod: "g-0".into(),
                 uid: Some("uid-0".into()),
@@ -337,11 +369,11 @@ mod tests {
         s.metadata.generation = Some(3);
         let pods = vec![pod(0, "old"), pod(1, "old")];
         assert!(matches!(
-            next_step(&s, &pods, Some(&group(0, &[0, 1]))),
+            next_step(&s, &pods, Some(&group(0, &[0, 1])), None),
             RollStep::Wait(_)
         ));
         let pods = vec![pod(0, "new"), pod(1, "new")];
-        assert!(next_step(&sts(2), &pods, Some(&group(0, &[0, 1]))).done());
+        assert!(next_step(&sts(2), &pods, Some(&group(0, &[0, 1])), None).done());
     }
 
     #[test]

@@ -380,6 +380,27 @@ fn promotion(old: Option<&BrokerGroupStatus>, new: &BrokerGroupStatus) -> Option
     })
 }
 
+/// How long ago the master of group `name` changed, as of `now`: from the status' last
+/// failover, or zero when the controller's epoch `decided` is already past the status' (a
+/// change this reconcile has not reported yet). `None` when it never changed.
+pub fn master_since(
+    mqc: &MessageQueueCluster,
+    name: &str,
+    decided: Option<&GroupState>,
+    now: Timestamp,
+) -> Option<std::time::Duration> {
+    let reported = mqc
+        .status
+        .as_ref()
+        .and_then(|s| s.groups.iter().find(|g| g.name == name));
+    let epoch = reported.and_then(|g| g.epoch);
+    if decided.is_some_and(|d| epoch.is_some_and(|e| d.master_epoch > e)) {
+        return Some(std::time::Duration::ZERO);
+    }
+    let at: Timestamp = reported?.last_failover.as_deref()?.parse().ok()?;
+    Some(now.duration_since(at).unsigned_abs())
+}
+
 /// The event of a roll step that changed something (a restart, a switchover).
 fn roll_notice(group: &str, step: &RollStep) -> Option<Notice> {
     let reason = match step {

@@ -464,3 +464,35 @@ fn a_rolling_restart_is_reported_per_group_with_an_event_per_step() {
     );
     assert_eq!(out.status.groups[0].rollout, None);
 }
+
+#[test]
+fn the_time_since_the_master_changed_comes_from_the_status_or_a_newer_epoch() {
+    let mut mqc = cluster(1, 2);
+    let state = decided(Some(1), 2, &[1]);
+    let g = state.groups.get("orders-broker-0");
+    assert_eq!(master_since(&mqc, "orders-broker-0", g, later()), None);
+    mqc.status = Some(MessageQueueClusterStatus {
+        groups: vec![BrokerGroupStatus {
+            name: "orders-broker-0".into(),
+            epoch: Some(2),
+            last_failover: Some(t0().to_string()),
+            ..Default::default()
+        }],
+        ..Default::default()
+    });
+    assert_eq!(
+        master_since(&mqc, "orders-broker-0", g, later()),
+        Some(std::time::Duration::from_secs(60))
+    );
+    // Elected again since the status was written: it just changed.
+    let newer = decided(Some(0), 3, &[0]);
+    assert_eq!(
+        master_since(
+            &mqc,
+            "orders-broker-0",
+            newer.groups.get("orders-broker-0"),
+            later()
+        ),
+        Some(std::time::Duration::ZERO)
+    );
+}

@@ -32,7 +32,13 @@ import org.apache.rocketmq.common.message.MessageQueue;
  * default retry settings until {@code DIR/stop} exists. Every key is written to
  * {@code DIR/attempted} before its send and to {@code DIR/ok} once the send returned SEND_OK
  * (FLUSH_SLAVE_TIMEOUT, SLAVE_NOT_AVAILABLE and exceptions are not acknowledgements). The route
- * is polled every second instead of every 30 s so that a test cycle is short.
+ * is polled every second instead of every 30 s so that a test cycle is short. Every failed send
+ * (an exception or another status than SEND_OK, after the client's own retries) is written to
+ * {@code DIR/failed} and every send that took 500 ms or more to {@code DIR/slow}, each line
+ * {@code key epoch-millis millis status}.
+ *
+ * {@code produce-defaults NAMESRV TOPIC DIR}: the same with every client setting at its default
+ * (the route polled every 30 s), as applications run it.
  *
  * {@code drain NAMESRV TOPIC DIR}: reads every queue of the topic from offset 0 and writes each
  * key to {@code DIR/seen}, until nothing new arrived for 10 s.
@@ -51,7 +57,9 @@ public final class Ledger {
         String topic = args[2];
         Path dir = Paths.get(args[3]);
         if (mode.equals("produce")) {
-            produce(namesrv, topic, dir);
+            produce(namesrv, topic, dir, true);
+        } else if (mode.equals("produce-defaults")) {
+            produce(namesrv, topic, dir, false);
         } else if (mode.equals("drain-push")) {
             drainPush(namesrv, topic, dir);
         } else {
@@ -59,25 +67,34 @@ public final class Ledger {
         }
     }
 
-    private static void produce(String namesrv, String topic, Path dir) throws Exception {
+    private static void produce(String namesrv, String topic, Path dir, boolean fastRoutes) throws Exception {
         DefaultMQProducer producer = new DefaultMQProducer("ledger-producer");
         producer.setNamesrvAddr(namesrv);
-        producer.setPollNameServerInterval(1000);
+        if (fastRoutes) {
+            producer.setPollNameServerInterval(1000);
+        }
         producer.start();
+        long failed = 0;
+        long slowest = 0;
         long sent = 0;
         long ok = 0;
         // The longest time without a SEND_OK: how long the producer could not write.
         long lastOk = 0;
         long longestGap = 0;
         try (PrintWriter attempted = new PrintWriter(new FileWriter(dir.resolve("attempted").toFile(), true));
-             PrintWriter acked = new PrintWriter(new FileWriter(dir.resolve("ok").toFile(), true))) {
+             PrintWriter acked = new PrintWriter(new FileWriter(dir.resolve("ok").toFile(), true));
+             PrintWriter failures = new PrintWriter(new FileWriter(dir.resolve("failed").toFile(), true));
+             PrintWriter slow = new PrintWriter(new FileWriter(dir.resolve("slow").toFile(), true))) {
             while (!Files.exists(dir.resolve("stop"))) {
                 String key = String.format("k-%09d", sent++);
                 attempted.println(key);
                 attempted.flush();
                 Message msg = new Message(topic, "TagA", key, key.getBytes(StandardCharsets.UTF_8));
+                long began = System.currentTimeMillis();
+                String status;
                 try {
                     SendResult r = producer.send(msg);
+                    status = r.getSendStatus().name();
                     if (r.getSendStatus() == SendStatus.SEND_OK) {
                         acked.println(key);
                         acked.flush();
@@ -90,14 +107,27 @@ public final class Ledger {
                     }
                 } catch (Exception e) {
                     // Not acknowledged; the next message goes on.
+                    status = e.getClass().getSimpleName();
                     Thread.sleep(20);
+                }
+                long took = System.currentTimeMillis() - began;
+                slowest = Math.max(slowest, took);
+                String line = key + " " + began + " " + took + " " + status;
+                if (!status.equals("SEND_OK")) {
+                    failed++;
+                    failures.println(line);
+                    failures.flush();
+                }
+                if (took >= 500) {
+                    slow.println(line);
+                    slow.flush();
                 }
             }
         } finally {
             producer.shutdown();
         }
-        System.out.println("PASS ledger-producer: " + sent + " sent, " + ok + " SEND_OK, longest gap between SEND_OKs "
-                + longestGap + " ms");
+        System.out.println("PASS ledger-producer: " + sent + " sent, " + ok + " SEND_OK, " + failed
+                + " failed, longest gap between SEND_OKs " + longestGap + " ms, slowest send " + slowest + " ms");
     }
 
     private static void drainPush(String namesrv, String topic, Path dir) throws Exception {
