@@ -387,6 +387,37 @@ RollingRestart: pods-broker-0: restarting $ROLL_MASTER (slave) for the new revis
   check "no failed send during the roll (the Java client's defaults)" test "$failed1" = "$failed0"
   worst=$(awk -v a="$ROLL_T0" -v b="$ROLL_T1" '$2 >= a && $2 <= b && $3 > w {w = $3} END {print w + 0}' "$D/ledger/slow")
   echo "    roll took $(( (ROLL_T1 - ROLL_T0) / 1000 )) s; worst send latency during it: ${worst} ms (0: every send under 500 ms); failed sends: $((failed1 - failed0))"
+
+  # No in-sync replica: the slave frozen (SIGSTOP) until the master drops it from the in-sync
+  # set, then the master frozen too. Nobody may be promoted: the slave lacks acknowledged
+  # messages. The group stays without master, Degraded, until the master returns.
+  echo "== real pods: no in-sync replica, no promotion"
+  task_pid() {
+    local id; id=$(K get pod "$1" -o jsonpath='{.status.containerStatuses[0].containerID}' | sed 's#.*//##')
+    ctr -a "$SOCK" -n k8s.io task ls | awk -v id="$id" '$1 == id {print $2}'
+  }
+  NM=$(K get mqc pods -o jsonpath='{.status.groups[0].master}')
+  case "$NM" in pods-broker-0-0) NS_=pods-broker-0-1 ;; *) NS_=pods-broker-0-0 ;; esac
+  spid=$(task_pid "$NS_"); mpid=$(task_pid "$NM")
+  if [ -n "$spid" ] && [ -n "$mpid" ]; then
+    kill -STOP "$spid"
+    alone() { [ "$(K get mqc pods -o jsonpath='{.status.groups[0].inSyncReplicas}')" = "[\"$NM\"]" ]; }
+    wait_for 60 "the frozen slave $NS_ left the in-sync set" alone
+    E2=$(K get mqc pods -o jsonpath='{.status.groups[0].epoch}')
+    kill -STOP "$mpid"
+    degraded_now() {
+      [ "$(K get mqc pods -o jsonpath='{.status.conditions[?(@.type=="Degraded")].status}/{.status.conditions[?(@.type=="Degraded")].reason}')" = True/NoInSyncReplica ] &&
+        [ -z "$(K get mqc pods -o jsonpath='{.status.groups[0].master}')" ]
+    }
+    wait_for 60 "master frozen: no master, Degraded=True NoInSyncReplica" degraded_now
+    check "nobody was promoted (epoch still $E2)" test "$(K get mqc pods -o jsonpath='{.status.groups[0].epoch}')" = "$E2"
+    kill -CONT "$mpid" "$spid"
+    back() {
+      [ "$(K get mqc pods -o jsonpath='{.status.groups[0].master}')" = "$NM" ] && both_in_sync_now &&
+        [ "$(K get mqc pods -o jsonpath='{.status.conditions[?(@.type=="Degraded")].status}')" = False ]
+    }
+    wait_for 120 "the master returns: $NM master again, the slave back in sync, not Degraded" back
+  else bad "no task for the broker containers ($NS_: '$spid', $NM: '$mpid')"; fi
   base=$(wc -l < "$D/ledger/ok")
   more() { [ "$(wc -l < "$D/ledger/ok")" -ge $((base + 200)) ]; }
   wait_for 120 "the producer goes on after the restart (200 more SEND_OK)" more
