@@ -57,16 +57,26 @@ pub async fn run_controller(
     let stop = tokio_util::sync::CancellationToken::new();
     let _stop_on_drop = stop.clone().drop_guard();
     if let Some(settings) = failover {
-        match tokio::net::TcpListener::bind(settings.listen).await {
+        let bound = match tokio::net::TcpListener::bind(settings.listen).await {
             Ok(listener) => {
-                let failover = Failover::new(client.clone(), stop.clone());
+                match tokio::task::spawn_blocking(crate::failover::store::ApiRuntime::start).await {
+                    Ok(Ok(api)) => Ok((listener, api)),
+                    Ok(Err(e)) => Err(e.to_string()),
+                    Err(e) => Err(e.to_string()),
+                }
+            }
+            Err(e) => Err(e.to_string()),
+        };
+        match bound {
+            Ok((listener, api)) => {
+                let failover = Failover::new(api, stop.clone());
                 tracing::info!(listen = %settings.listen, advertise = %settings.advertise, "replication controller listening");
                 tokio::spawn(failover.clone().serve(listener));
                 ctx = ctx.with_failover(failover, settings.advertise);
             }
             Err(e) => tracing::error!(
                 listen = %settings.listen, error = %e,
-                "cannot listen for brokers' controller requests; failover is off (classic roles)"
+                "cannot serve brokers' controller requests; failover is off (classic roles)"
             ),
         }
     }

@@ -10,7 +10,7 @@ use conveyor::controller::decide::Member;
 use conveyor::controller::service::ServiceError;
 use conveyor::controller::state_store::StateStoreError;
 use conveyor::controller::{Controller, ControllerConfig};
-use conveyor_operator::failover::store::{ConfigMapStateStore, STATE_KEY};
+use conveyor_operator::failover::store::{ApiRuntime, ConfigMapStateStore, STATE_KEY};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, DeleteParams};
 
@@ -26,8 +26,12 @@ fn member(id: i64) -> Member {
 async fn two_controllers_on_one_state_never_save_over_each_other() {
     let client = kube::Client::try_default().await.expect("KUBECONFIG");
     let name = format!("cas-test-{}", std::process::id());
+    let runtime = tokio::task::spawn_blocking(ApiRuntime::start)
+        .await
+        .unwrap()
+        .expect("an API runtime");
     let open = || {
-        let store = ConfigMapStateStore::new(client.clone(), "default", &name, None);
+        let store = ConfigMapStateStore::new(&runtime, "default", &name, None);
         Controller::open(ControllerConfig::default(), Box::new(store)).expect("load")
     };
     let a = open();

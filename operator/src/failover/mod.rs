@@ -18,7 +18,7 @@ use conveyor::controller::{Controller, ControllerConfig};
 use conveyor::remoting::{error_response, Connection, Processor, ServeLimits};
 use conveyor_protocol::code::response_code;
 use conveyor_protocol::command::RemotingCommand;
-use kube::{Client, ResourceExt};
+use kube::ResourceExt;
 use tokio_util::sync::CancellationToken;
 
 use crate::builders::{self, OperatorEnv};
@@ -34,8 +34,8 @@ struct Entry {
 
 /// The controllers of every cluster under failover, by scope (`<namespace>/<name>`).
 pub struct Failover {
-    /// Client of the state ConfigMaps.
-    client: Client,
+    /// Where the state ConfigMaps are read and written.
+    api: store::ApiRuntime,
     /// Controllers by scope.
     controllers: Mutex<HashMap<String, Entry>>,
     /// Cancelled when the operator stops leading: every detection loop ends.
@@ -57,9 +57,9 @@ pub struct FailoverError {
 
 impl Failover {
     /// No controllers yet; `shutdown` ends their detection loops.
-    pub fn new(client: Client, shutdown: CancellationToken) -> Arc<Self> {
+    pub fn new(api: store::ApiRuntime, shutdown: CancellationToken) -> Arc<Self> {
         Arc::new(Self {
-            client,
+            api,
             controllers: Mutex::new(HashMap::new()),
             shutdown,
             changed: tokio::sync::watch::Sender::new(0),
@@ -95,7 +95,7 @@ impl Failover {
             }
         }
         let store = store::ConfigMapStateStore::new(
-            self.client.clone(),
+            &self.api,
             &builders::namespace(mqc),
             &store::config_map_name(&mqc.name_any()),
             Some(builders::owner_reference(mqc)),

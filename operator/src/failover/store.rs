@@ -6,7 +6,7 @@
 //! nothing is saved, so two controllers can never both hand out one epoch.
 
 use std::collections::BTreeMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use conveyor::controller::decide::ControllerState;
 use conveyor::controller::state_store::{StateStore, StateStoreError};
@@ -23,8 +23,92 @@ pub fn config_map_name(cluster: &str) -> String {
     format!("{cluster}-controller")
 }
 
+/// How long one API call of a store may take before the controller gives up on it (nothing
+/// is decided then: the change is refused like any failed save).
+const API_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Where the stores' API calls run: a thread of its own with a single-threaded runtime and
+/// an API client created there. The controller calls its store synchronously while it holds
+/// its state lock, from tasks of the operator's runtime; were the calls made on that runtime,
+/// every worker could be blocked on that lock while the call they wait for needs a worker
+/// (the client's connection tasks run there). Seen on real pods: after a burst of brokers'
+/// requests the operator stopped answering them for good.
+#[derive(Clone)]
+pub struct ApiRuntime {
+    /// Spawns onto the thread's runtime.
+    handle: tokio::runtime::Handle,
+    /// The client whose connections live on that runtime.
+    client: Client,
+    /// Dropped with the last clone: the thread and its runtime end.
+    _stop: Arc<std::sync::mpsc::SyncSender<()>>,
+}
+
+impl ApiRuntime {
+    /// Starts the thread, with a client configured like [`Client::try_default`].
+    pub fn start() -> Result<Self, StateStoreError> {
+        let (ready_tx, ready_rx) = std::sync::mpsc::sync_channel(1);
+        let (stop_tx, stop_rx) = std::sync::mpsc::sync_channel::<()>(0);
+        std::thread::Builder::new()
+            .name("controller-state".into())
+            .spawn(move || {
+                let rt = match tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                {
+                    Ok(rt) => rt,
+                    Err(e) => {
+                        let _ = ready_tx.send(Err(format!("a runtime for the API calls: {e}")));
+                        return;
+                    }
+                };
+                let client = rt
+                    .block_on(Client::try_default())
+                    .map_err(|e| format!("an API client: {e}"));
+                let _ = ready_tx.send(client.map(|c| (rt.handle().clone(), c)));
+                // Serve spawned calls until every ApiRuntime clone is gone.
+                rt.block_on(async {
+                    let _ = tokio::task::spawn_blocking(move || stop_rx.recv()).await;
+                });
+            })
+            .map_err(|e| StateStoreError::Backend(format!("a thread for the API calls: {e}")))?;
+        let (handle, client) = ready_rx
+            .recv()
+            .map_err(|_| StateStoreError::Backend("the API thread ended at start".into()))?
+            .map_err(StateStoreError::Backend)?;
+        Ok(Self {
+            handle,
+            client,
+            _stop: Arc::new(stop_tx),
+        })
+    }
+
+    /// Runs `fut` on the thread and waits for it (at most [`API_TIMEOUT`]).
+    fn run<T: Send + 'static>(
+        &self,
+        fut: impl std::future::Future<Output = Result<T, StateStoreError>> + Send + 'static,
+    ) -> Result<T, StateStoreError> {
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        self.handle.spawn(async move {
+            let _ = tx.send(fut.await);
+        });
+        rx.recv_timeout(API_TIMEOUT).unwrap_or_else(|_| {
+            Err(StateStoreError::Backend(format!(
+                "the API server did not answer within {API_TIMEOUT:?}"
+            )))
+        })
+    }
+}
+
 /// A [`StateStore`] on one ConfigMap.
 pub struct ConfigMapStateStore {
+    /// Where its API calls run.
+    runtime: ApiRuntime,
+    /// The ConfigMap and what the store knows of it.
+    inner: Arc<Inner>,
+}
+
+/// The ConfigMap a store writes, shared with the calls in flight on the API thread.
+struct Inner {
     /// ConfigMaps of the cluster's namespace.
     api: Api<ConfigMap>,
     /// The ConfigMap's name.
@@ -37,16 +121,27 @@ pub struct ConfigMapStateStore {
 }
 
 impl ConfigMapStateStore {
-    /// The store of ConfigMap `name` in `namespace`; a ConfigMap it creates is owned by `owner`.
-    pub fn new(client: Client, namespace: &str, name: &str, owner: Option<OwnerReference>) -> Self {
+    /// The store of ConfigMap `name` in `namespace`, its calls made on `runtime`; a ConfigMap
+    /// it creates is owned by `owner`.
+    pub fn new(
+        runtime: &ApiRuntime,
+        namespace: &str,
+        name: &str,
+        owner: Option<OwnerReference>,
+    ) -> Self {
         Self {
-            api: Api::namespaced(client, namespace),
-            name: name.to_string(),
-            owner,
-            version: Mutex::new(None),
+            inner: Arc::new(Inner {
+                api: Api::namespaced(runtime.client.clone(), namespace),
+                name: name.to_string(),
+                owner,
+                version: Mutex::new(None),
+            }),
+            runtime: runtime.clone(),
         }
     }
+}
 
+impl Inner {
     fn version(&self) -> std::sync::MutexGuard<'_, Option<String>> {
         self.version.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -114,19 +209,15 @@ fn backend(e: kube::Error) -> StateStoreError {
     StateStoreError::Backend(e.to_string())
 }
 
-/// Runs `fut` to completion from the synchronous [`StateStore`] calls: the controller calls
-/// them under its state lock, from tasks on the operator's multi-threaded runtime, so the
-/// worker hands its other tasks over while it waits for the API server.
-fn wait<T>(fut: impl std::future::Future<Output = T>) -> T {
-    tokio::task::block_in_place(|| tokio::runtime::Handle::current().block_on(fut))
-}
-
 impl StateStore for ConfigMapStateStore {
     fn load(&self) -> Result<ControllerState, StateStoreError> {
-        wait(self.load_async())
+        let inner = self.inner.clone();
+        self.runtime.run(async move { inner.load_async().await })
     }
 
     fn save(&self, state: &ControllerState) -> Result<(), StateStoreError> {
-        wait(self.save_async(state))
+        let (inner, state) = (self.inner.clone(), state.clone());
+        self.runtime
+            .run(async move { inner.save_async(&state).await })
     }
 }

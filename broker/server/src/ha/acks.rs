@@ -200,11 +200,16 @@ impl ReplicaAcks {
         let available = |s: &SlaveProgress| {
             s.connection.is_some() && master_end.saturating_sub(s.acked) <= self.max_gap
         };
+        // Controller mode: a member that is not connected is waited for, not refused at once.
+        // The master drops it from the in-sync set on its next heartbeat (its stream closed),
+        // and the change releases this wait; refusing would fail every send in between (a
+        // slave restarting in a rolling upgrade). One connected but too far behind is refused.
+        let lagging = |s: &SlaveProgress| s.connection.is_some() && !available(s);
         let enough = match &required {
             Requirement::Count(n) => state.slaves.values().filter(|s| available(s)).count() >= *n,
-            Requirement::Members(m) => m
-                .iter()
-                .all(|id| state.slaves.get(id).is_some_and(available)),
+            Requirement::Members(m) => {
+                !m.iter().any(|id| state.slaves.get(id).is_some_and(lagging))
+            }
         };
         if !enough {
             return Err(Shortfall::SlaveNotAvailable);
@@ -293,11 +298,15 @@ mod tests {
     fn every_member_of_the_in_sync_set_must_hold_a_record() {
         let acks = ReplicaAcks::new(Requirement::Members(BTreeSet::from([1, 2])), 1 << 20, 0);
         acks.connected(1, 1, 0);
+        // Member 2 is not connected: the send waits (for 2, or for the set to drop it).
+        let mut waiting = acks.wait_for(10, 10).unwrap().unwrap();
+        assert!(waiting.try_recv().is_err());
+        // A member connected but further behind than the gap limit is refused at once.
+        acks.connected(2, 2, 0);
         assert_eq!(
-            acks.wait_for(10, 10).unwrap_err(),
+            acks.wait_for(10, 2 << 20).unwrap_err(),
             Shortfall::SlaveNotAvailable
         );
-        acks.connected(2, 2, 0);
         acks.connected(3, 3, 0); // not in the set: its acks do not count
         let mut rx = acks.wait_for(10, 10).unwrap().unwrap();
         assert_eq!(acks.acked(3, 3, 10), None);

@@ -35,7 +35,8 @@ import org.apache.rocketmq.common.message.MessageQueue;
  * is polled every second instead of every 30 s so that a test cycle is short. Every failed send
  * (an exception or another status than SEND_OK, after the client's own retries) is written to
  * {@code DIR/failed} and every send that took 500 ms or more to {@code DIR/slow}, each line
- * {@code key epoch-millis millis status}.
+ * {@code key epoch-millis millis status}; the time of every SEND_OK (epoch millis) goes to
+ * {@code DIR/ok-at}.
  *
  * {@code produce-defaults NAMESRV TOPIC DIR}: the same with every client setting at its default
  * (the route polled every 30 s), as applications run it.
@@ -84,7 +85,8 @@ public final class Ledger {
         try (PrintWriter attempted = new PrintWriter(new FileWriter(dir.resolve("attempted").toFile(), true));
              PrintWriter acked = new PrintWriter(new FileWriter(dir.resolve("ok").toFile(), true));
              PrintWriter failures = new PrintWriter(new FileWriter(dir.resolve("failed").toFile(), true));
-             PrintWriter slow = new PrintWriter(new FileWriter(dir.resolve("slow").toFile(), true))) {
+             PrintWriter slow = new PrintWriter(new FileWriter(dir.resolve("slow").toFile(), true));
+             PrintWriter ackedAt = new PrintWriter(new FileWriter(dir.resolve("ok-at").toFile(), true))) {
             while (!Files.exists(dir.resolve("stop"))) {
                 String key = String.format("k-%09d", sent++);
                 attempted.println(key);
@@ -100,6 +102,8 @@ public final class Ledger {
                         acked.flush();
                         ok++;
                         long now = System.currentTimeMillis();
+                        ackedAt.println(now);
+                        ackedAt.flush();
                         if (lastOk > 0) {
                             longestGap = Math.max(longestGap, now - lastOk);
                         }
