@@ -305,11 +305,12 @@ if [ -n "$CP" ] && [ -n "$NS_IP" ]; then
         [ "$(K get pod "$MASTER_POD" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}')" = True ]
     }
     wait_for 180 "the killed broker container is restarted by the kubelet and Ready again" restarted
-    # Unwritable time from the producer's side: the last SEND_OK before the kill to the first after.
-    gap() { awk -v k="$KILLED_AT" '$1 < k {b = $1} $1 >= k && !a {a = $1} END {if (a && b) print a - b; else print "none"}' "$D/ledger/ok-at"; }
-    resumed() { [ "$(awk -v k="$KILLED_AT" '$1 >= k' "$D/ledger/ok-at" | wc -l)" -gt 0 ]; }
+    # Unwritable time from the producer's side: the longest time between two SEND_OKs from
+    # just before the kill until the producer has written for 5 s again.
+    resumed() { [ "$(awk -v k="$((KILLED_AT + 5000))" '$1 >= k' "$D/ledger/ok-at" | wc -l)" -gt 0 ]; }
     wait_for 120 "the producer (client defaults) writes again after the kill" resumed
-    echo "    unwritable after the SIGKILL (last SEND_OK before it to the first after, Java client defaults): $(gap) ms"
+    gap=$(awk -v a="$((KILLED_AT - 1000))" '$1 >= a {if (p && $1 - p > g) g = $1 - p; p = $1} END {print g + 0}' "$D/ledger/ok-at")
+    echo "    unwritable after the SIGKILL (longest time between two SEND_OKs, Java client defaults): $gap ms"
     wait_for 120 "the restarted former master rejoined as a slave and is in sync again (master still $OTHER)" \
       bash -c "[[ \"\$(kubectl get mqc pods -o jsonpath='{.status.groups[0].master}/{.status.groups[0].inSyncReplicas}')\" == $OTHER/*pods-broker-0-0*pods-broker-0-1* ]]"
     degraded=$(K get mqc pods -o jsonpath='{.status.conditions[?(@.type=="Degraded")].status}')
@@ -367,7 +368,14 @@ if [ -n "$CP" ] && [ -n "$NS_IP" ]; then
     "$(K get sts pods-broker-0 -o jsonpath='{.spec.updateStrategy.type}')" = OnDelete
   uid_m=$(K get pod "$ROLL_MASTER" -o jsonpath='{.metadata.uid}')
   uid_s=$(K get pod "$ROLL_SLAVE" -o jsonpath='{.metadata.uid}')
-  failed0=$(wc -l < "$D/ledger/failed")
+  # The previous scenarios left the producer retrying an address that is gone until its next
+  # route poll: the roll starts once it has written without a failure for 5 s.
+  steady() {
+    local now last; now=$(date +%s%3N)
+    last=$(tail -n 1 "$D/ledger/failed" | awk '{print $2 + $3}')
+    [ $(( now - ${last:-0} )) -gt 5000 ] && [ "$(awk -v t="$((now - 1000))" '$1 >= t' "$D/ledger/ok-at" | wc -l)" -gt 0 ]
+  }
+  wait_for 120 "the producer writes steadily again (no failed send for 5 s)" steady
   ROLL_LOG=$(wc -l < "$D/operator.log")
   ROLL_T0=$(date +%s%3N)
   K patch mqc pods --type merge -p '{"spec":{"broker":{"flushMode":"Sync"}}}' >/dev/null
@@ -396,10 +404,11 @@ restart $ROLL_MASTER"
   check "the master is now $ROLL_SLAVE" test "$(K get mqc pods -o jsonpath='{.status.groups[0].master}')" = "$ROLL_SLAVE"
   flush_sync() { K get cm pods-broker-0-config -o jsonpath='{.data.pods-broker-0-0\.toml}' | grep -q '^flush-mode = "sync"'; }
   check "the restarted brokers' configuration has the new flush mode" flush_sync
-  failed1=$(wc -l < "$D/ledger/failed")
-  check "no failed send during the roll (the Java client's defaults)" test "$failed1" = "$failed0"
+  # Sends begun during the roll (a send that began before it and failed after is not its).
+  failed=$(awk -v a="$ROLL_T0" -v b="$ROLL_T1" '$2 >= a && $2 <= b' "$D/ledger/failed" | wc -l)
+  check "no failed send during the roll (the Java client's defaults)" test "$failed" = 0
   worst=$(awk -v a="$ROLL_T0" -v b="$ROLL_T1" '$2 >= a && $2 <= b && $3 > w {w = $3} END {print w + 0}' "$D/ledger/slow")
-  echo "    roll took $(( (ROLL_T1 - ROLL_T0) / 1000 )) s; worst send latency during it: ${worst} ms (0: every send under 500 ms); failed sends: $((failed1 - failed0))"
+  echo "    roll took $(( (ROLL_T1 - ROLL_T0) / 1000 )) s; worst send latency during it: ${worst} ms (0: every send under 500 ms); failed sends: $failed"
 
   # No in-sync replica: the slave frozen (SIGSTOP) until the master drops it from the in-sync
   # set, then the master frozen too. Nobody may be promoted: the slave lacks acknowledged
