@@ -372,7 +372,7 @@ if [ -n "$CP" ] && [ -n "$NS_IP" ]; then
   # route poll: the roll starts once it has written without a failure for 5 s.
   steady() {
     local now last; now=$(date +%s%3N)
-    last=$(tail -n 1 "$D/ledger/failed" | awk '{print $2 + $3}')
+    last=$(tail -n 1 "$D/ledger/failed" | awk '{printf "%.0f", $2 + $3}')
     [ $(( now - ${last:-0} )) -gt 5000 ] && [ "$(awk -v t="$((now - 1000))" '$1 >= t' "$D/ledger/ok-at" | wc -l)" -gt 0 ]
   }
   wait_for 120 "the producer writes steadily again (no failed send for 5 s)" steady
