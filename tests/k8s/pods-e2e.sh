@@ -67,6 +67,9 @@ cleanup() {
   for ((i = ${#PIDS[@]} - 1; i >= 0; i--)); do kill "${PIDS[i]}" 2>/dev/null; done
   sleep 1
   for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null; done
+  # The Java clients (a producer left running would write into the next run's cluster, which
+  # gets the same pod IPs).
+  pkill -9 -f -- "-Drocketmq.client.logRoot=$D/" 2>/dev/null
   # The containers' processes (everything in the pods' cgroups), then their shims.
   find /sys/fs/cgroup/*/kubepods -name cgroup.procs -exec cat {} + 2>/dev/null | sort -u | xargs -r kill -9 2>/dev/null
   pkill -9 -f "containerd-shim-runc-v2 .*-address $D/" 2>/dev/null
@@ -449,7 +452,11 @@ restart $ROLL_MASTER"
   missing=$(comm -23 <(sort -u "$D/ledger/ok") <(sort -u "$D/ledger/seen" 2>/dev/null) | wc -l)
   if [ "$missing" = 0 ]; then ok "a Java consumer received every SEND_OK message ($(wc -l < "$D/ledger/ok"))"
   else bad "$missing SEND_OK messages not received"; fi
+  JAVA_DONE=1
 else bad "no Java client classpath or name-server pod IP"; fi
 
+# A check that ends the Java section early (an expansion error aborts the whole compound
+# command) must not pass for a run of every check.
+[ "${JAVA_DONE:-}" = 1 ] || bad "the Java client section did not run to its end"
 echo "== pods: $PASS passed, $FAIL failed; wall time $(( $(date +%s) - T0 )) s (logs in $D, kept with KEEP_PODS_DIR=1)"
 [ "$FAIL" = 0 ]
