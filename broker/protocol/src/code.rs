@@ -21,6 +21,8 @@ pub mod request_code {
     pub const UPDATE_AND_CREATE_TOPIC: i32 = 17;
     /// Admin → broker: every topic config of the broker.
     pub const GET_ALL_TOPIC_CONFIG: i32 = 21;
+    /// Admin → broker: change settings at run time (body: `key=value` lines).
+    pub const UPDATE_BROKER_CONFIG: i32 = 25;
     /// Admin → broker: the broker's settings as `key=value` lines.
     pub const GET_BROKER_CONFIG: i32 = 26;
     /// Admin → broker: runtime statistics (`brokerStatus`).
@@ -167,6 +169,7 @@ pub mod request_code {
             UPDATE_CONSUMER_OFFSET => "UPDATE_CONSUMER_OFFSET",
             UPDATE_AND_CREATE_TOPIC => "UPDATE_AND_CREATE_TOPIC",
             GET_ALL_TOPIC_CONFIG => "GET_ALL_TOPIC_CONFIG",
+            UPDATE_BROKER_CONFIG => "UPDATE_BROKER_CONFIG",
             GET_BROKER_CONFIG => "GET_BROKER_CONFIG",
             GET_BROKER_RUNTIME_INFO => "GET_BROKER_RUNTIME_INFO",
             SEARCH_OFFSET_BY_TIMESTAMP => "SEARCH_OFFSET_BY_TIMESTAMP",

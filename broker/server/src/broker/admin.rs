@@ -123,6 +123,8 @@ struct GroupTable<'a> {
 
 /// What an AdminBrokerProcessor needs from the rest of the broker.
 pub struct AdminDeps {
+    /// The broker's own permission (UPDATE_BROKER_CONFIG `brokerPermission`).
+    pub permission: Arc<super::permission::BrokerPermission>,
     /// Queue offsets, store times and the store's settings.
     pub store: Arc<MessageStore>,
     /// The topic table.
@@ -143,6 +145,8 @@ pub struct AdminDeps {
 
 /// The admin requests.
 pub struct AdminBrokerProcessor {
+    /// The broker's own permission, changed at run time.
+    permission: Arc<super::permission::BrokerPermission>,
     /// The broker's settings, reported by GET_BROKER_CONFIG.
     config: BrokerConfig,
     /// The broker's advertised address.
@@ -175,6 +179,7 @@ impl AdminBrokerProcessor {
         Self {
             config,
             store_host,
+            permission: deps.permission,
             store: deps.store,
             topics: deps.topics,
             groups: deps.groups,
@@ -250,7 +255,7 @@ impl AdminBrokerProcessor {
     /// GET_BROKER_CONFIG: the settings as RocketMQ's `key=value` lines.
     pub fn broker_config(&self, req: &RemotingCommand) -> Reply {
         let text = format!(
-            "brokerClusterName={}\nbrokerName={}\nbrokerId={}\nbrokerIP1={}\nlistenPort={}\nnamesrvAddr={}\nautoCreateTopicEnable={}\nautoCreateSubscriptionGroup={}\ndefaultTopicQueueNums={}\nflushDiskType={}\nmessageDelayLevel={}\nstorePathRootDir={}\nmaxMessageSize={}\n",
+            "brokerClusterName={}\nbrokerName={}\nbrokerId={}\nbrokerIP1={}\nlistenPort={}\nnamesrvAddr={}\nautoCreateTopicEnable={}\nautoCreateSubscriptionGroup={}\ndefaultTopicQueueNums={}\nflushDiskType={}\nmessageDelayLevel={}\nstorePathRootDir={}\nmaxMessageSize={}\nbrokerPermission={}\n",
             self.config.cluster_name,
             self.config.broker_name,
             self.config.broker_id,
@@ -264,11 +269,60 @@ impl AdminBrokerProcessor {
             self.config.delay_levels,
             self.store.config().root.display(),
             self.store.config().max_message_size,
+            self.permission.get(),
         );
         let (_, version) = self.topics.snapshot();
         Ok(ok(req)
             .with_ext("version", json::to_string(&version).map_err(internal(req))?)
             .with_body(text.into_bytes()))
+    }
+
+    /// UPDATE_BROKER_CONFIG: the body holds `key=value` lines (Java properties). Of
+    /// RocketMQ's settings only `brokerPermission` changes at run time here; a request naming
+    /// any other key changes nothing and says which keys it cannot change. Not persisted.
+    pub fn update_broker_config(&self, req: &RemotingCommand) -> Reply {
+        let text = String::from_utf8_lossy(&req.body);
+        let pairs: Vec<(&str, &str)> = text
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty() && !l.starts_with('#') && !l.starts_with('!'))
+            .map(|l| {
+                let at = l.find(['=', ':']).unwrap_or(l.len());
+                (l[..at].trim(), l.get(at + 1..).unwrap_or("").trim())
+            })
+            .collect();
+        let fixed: Vec<&str> = pairs
+            .iter()
+            .map(|(k, _)| *k)
+            .filter(|k| *k != "brokerPermission")
+            .collect();
+        if !fixed.is_empty() {
+            return Err(error_response(
+                req,
+                resp::NO_PERMISSION,
+                format!(
+                    "cannot change {} at run time: only brokerPermission can; set the others in \
+                     the broker's configuration file and restart it",
+                    fixed.join(", ")
+                ),
+            ));
+        }
+        let mut changed = false;
+        for (_, value) in &pairs {
+            changed |= self
+                .permission
+                .set(value)
+                .map_err(|e| error_response(req, resp::INVALID_PARAMETER, e.to_string()))?;
+        }
+        if changed {
+            tracing::warn!(
+                permission = self.permission.get(),
+                "brokerPermission changed"
+            );
+            // Routes follow at once: producers stop choosing a read-only broker.
+            self.registrar.register_soon();
+        }
+        Ok(ok(req))
     }
 
     /// UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: the body is the group's config.

@@ -39,6 +39,7 @@ pub mod locks;
 pub mod offset_processor;
 pub mod offsets;
 pub mod parking;
+pub mod permission;
 pub mod pull;
 pub mod query;
 pub mod register;
@@ -129,6 +130,8 @@ pub struct Broker {
     replication: Arc<Replication>,
     /// Writes reaching this broker while it is not master go to the master.
     relay: relay::WriteRelay,
+    /// The broker's own read/write permission (read-only while it is drained).
+    permission: Arc<permission::BrokerPermission>,
     /// When an append counts as done (flush, slaves).
     durability: Arc<Durability>,
     /// The advertised address (STOREHOST of records).
@@ -242,10 +245,12 @@ impl Broker {
                 hold.arrived(topic, queue_id)
             }));
         }
+        let permission = Arc::new(permission::BrokerPermission::default());
         let registrar = Arc::new(NameServerRegistrar::new(
             &config,
             topics.clone(),
             replication.clone(),
+            permission.clone(),
         ));
         let schedule = Arc::new(ScheduleMessageService::load(
             &config_dir,
@@ -354,6 +359,7 @@ impl Broker {
             config,
             store_host,
             AdminDeps {
+                permission: permission.clone(),
                 store: store.clone(),
                 topics: topics.clone(),
                 groups: groups.clone(),
@@ -383,6 +389,7 @@ impl Broker {
             timer,
             transactions,
             relay: relay::WriteRelay::new(replication.clone()),
+            permission,
             replication,
             durability,
             store_host,
@@ -555,8 +562,37 @@ impl Broker {
         }
     }
 
+    /// NO_PERMISSION for a send to a broker whose permission is read-only, or a pull from one
+    /// that is not readable (RocketMQ's wording).
+    fn permitted(&self, req: &RemotingCommand) -> Result<(), RemotingCommand> {
+        let what = match req.code {
+            rc::SEND_MESSAGE
+            | rc::SEND_MESSAGE_V2
+            | rc::SEND_BATCH_MESSAGE
+            | rc::CONSUMER_SEND_MSG_BACK
+                if !self.permission.writable() =>
+            {
+                "sending message"
+            }
+            rc::PULL_MESSAGE | rc::LITE_PULL_MESSAGE if !self.permission.readable() => {
+                "pulling message"
+            }
+            _ => return Ok(()),
+        };
+        Err(crate::remoting::error_response(
+            req,
+            conveyor_protocol::code::response_code::NO_PERMISSION,
+            format!(
+                "the broker[{}] {what} is forbidden (brokerPermission {})",
+                self.store_host,
+                self.permission.get()
+            ),
+        ))
+    }
+
     /// The dispatch table: which service answers which request code.
     async fn dispatch(&self, conn: &Connection, req: &RemotingCommand) -> Reply {
+        self.permitted(req)?;
         if relay::is_write(req.code) {
             if let relay::Route::Master(master) = self.relay.route(req).await? {
                 return self.relay.relay(&master, req).await;
@@ -591,6 +627,7 @@ impl Broker {
             rc::GET_TIMER_CHECK_POINT => json_body(req, self.timer.progress_json()),
             rc::GET_TOPIC_CONFIG => self.admin.topic_config(req),
             rc::GET_BROKER_CONFIG => self.admin.broker_config(req),
+            rc::UPDATE_BROKER_CONFIG => self.admin.update_broker_config(req),
             rc::GET_BROKER_RUNTIME_INFO => self.admin.runtime_info(req),
             rc::GET_TOPIC_STATS_INFO => self.admin.topic_stats(req),
             rc::GET_CONSUME_STATS => self.admin.consume_stats(req),

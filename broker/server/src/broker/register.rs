@@ -13,6 +13,7 @@ use conveyor_protocol::json;
 use conveyor_protocol::route::{RegisterBrokerBody, TopicConfigSerializeWrapper};
 
 use super::config::BrokerConfig;
+use super::permission::BrokerPermission;
 use super::topics::TopicConfigManager;
 use crate::ha::Replication;
 use crate::remoting::Link;
@@ -36,6 +37,8 @@ pub struct NameServerRegistrar {
     namesrvs: Vec<Link>,
     /// The table whose topics are registered.
     topics: Arc<TopicConfigManager>,
+    /// Caps the registered topics' permissions (a drained broker is read-only).
+    permission: Arc<BrokerPermission>,
     /// True once a registration with some name server succeeded (readiness).
     registered: AtomicBool,
     /// A background registration is queued and has not started yet: topic changes meanwhile
@@ -49,6 +52,7 @@ impl NameServerRegistrar {
         config: &BrokerConfig,
         topics: Arc<TopicConfigManager>,
         replication: Arc<Replication>,
+        permission: Arc<BrokerPermission>,
     ) -> Self {
         Self {
             cluster_name: config.cluster_name.clone(),
@@ -58,6 +62,7 @@ impl NameServerRegistrar {
             replication,
             namesrvs: config.namesrv_addrs.iter().map(Link::new).collect(),
             topics,
+            permission,
             registered: AtomicBool::new(false),
             pending: AtomicBool::new(false),
         }
@@ -69,7 +74,10 @@ impl NameServerRegistrar {
     }
 
     fn register_request(&self) -> Option<RemotingCommand> {
-        let (table, data_version) = self.topics.snapshot();
+        let (mut table, data_version) = self.topics.snapshot();
+        for topic in table.values_mut() {
+            topic.perm = self.permission.registered(topic.perm);
+        }
         let body = RegisterBrokerBody {
             filter_server_list: Vec::new(),
             topic_config_serialize_wrapper: TopicConfigSerializeWrapper {
