@@ -362,6 +362,13 @@ pub struct BrokerGroupStatus {
     /// runs the current revision.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rollout: Option<String>,
+    /// A group past `spec.broker.groups` being drained before its removal: what the drain
+    /// does or waits for (writes stopped, clients' route poll, consumers' backlog).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drain: Option<String>,
+    /// When every pod of a draining group became read-only (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub writes_stopped_at: Option<String>,
 }
 
 impl MessageQueueCluster {

@@ -6,8 +6,10 @@
 //! Warning event and a slow requeue, never a hot loop.
 
 pub mod apply;
+pub mod brokers;
 pub mod conditions;
 pub mod context;
+pub mod drain;
 pub mod observe;
 pub mod plan;
 pub mod roll;
@@ -75,11 +77,45 @@ async fn reconcile_inner(mqc: &MessageQueueCluster, ctx: &Context) -> Result<Act
     let existing = observe::existing_groups(&ctx.client, &ns, mqc).await?;
     let plan = plan::plan(mqc, &existing, &ctx.env);
     let mut observed = apply::apply_plan(&ctx.client, &ns, &plan, &existing).await?;
+    let draining = plan
+        .groups
+        .iter()
+        .any(|g| matches!(g.action, plan::GroupAction::Drain));
+    let cancelled = status::cancelled_drains(mqc, &plan);
+    let pods = if controller.is_some() || draining || !cancelled.is_empty() {
+        observe::group_pods(&ctx.client, &ns, mqc).await?
+    } else {
+        Default::default()
+    };
+    if draining {
+        drain_groups(
+            ctx,
+            &ns,
+            mqc,
+            &plan,
+            &pods,
+            controller.as_deref(),
+            &mut observed,
+        )
+        .await?;
+    }
+    for index in cancelled {
+        // A scale-in taken back: the group's pods take writes again.
+        for pod in pods.get(&index).into_iter().flatten() {
+            if let Some(ip) = &pod.ip {
+                if let Err(e) = ctx.brokers.set_permission(&brokers::address(ip), 6).await {
+                    tracing::warn!(pod = pod.name, error = %e, "cannot make the pod writable again");
+                }
+            }
+        }
+    }
     if let Some(c) = &controller {
         // Under failover the operator rolls the pods: one step per group and reconcile.
         let decided = c.state();
-        let pods = observe::group_pods(&ctx.client, &ns, mqc).await?;
         for g in &plan.groups {
+            if matches!(g.action, plan::GroupAction::Drain) {
+                continue;
+            }
             let Some(sts) = observed.groups.get(&g.index) else {
                 continue;
             };
@@ -96,6 +132,86 @@ async fn reconcile_inner(mqc: &MessageQueueCluster, ctx: &Context) -> Result<Act
     apply::patch_status(ctx, &ns, &name, &outcome.status).await?;
     apply::publish(ctx, mqc, &outcome.notices).await;
     Ok(outcome.action)
+}
+
+/// One step of the drain of every group past the spec (see `drain`): its pods made
+/// read-only, its master asked for the consumers' backlog, and the group removed once the
+/// drain allows it. What each group does is left in `observed` for the status.
+async fn drain_groups(
+    ctx: &Context,
+    ns: &str,
+    mqc: &MessageQueueCluster,
+    plan: &plan::Plan,
+    pods: &observe::GroupPods,
+    controller: Option<&conveyor::controller::Controller>,
+    observed: &mut status::Observed,
+) -> Result<(), Error> {
+    let decided = controller.map(|c| c.state());
+    let now = Timestamp::now();
+    for g in plan
+        .groups
+        .iter()
+        .filter(|g| matches!(g.action, plan::GroupAction::Drain))
+    {
+        let group_pods: Vec<&roll::PodState> = pods
+            .get(&g.index)
+            .into_iter()
+            .flatten()
+            .filter(|p| p.ip.is_some() && !p.terminating)
+            .collect();
+        let mut read_only = 0;
+        for pod in &group_pods {
+            let addr = brokers::address(pod.ip.as_deref().unwrap_or_default());
+            match ctx.brokers.set_permission(&addr, 4).await {
+                Ok(()) => read_only += 1,
+                Err(e) => {
+                    tracing::info!(pod = pod.name, error = %e, "drain: pod not read-only yet")
+                }
+            }
+        }
+        // The master holds the committed offsets (classic roles: ordinal 0).
+        let master = decided
+            .as_ref()
+            .and_then(|d| d.groups.get(&g.name))
+            .map_or(Some(0), |d| d.master)
+            .and_then(|id| group_pods.iter().find(|p| i64::from(p.ordinal) == id));
+        let backlog = match master {
+            Some(p) => {
+                let addr = brokers::address(p.ip.as_deref().unwrap_or_default());
+                match ctx.brokers.backlog(&addr).await {
+                    Ok(n) => Some(n),
+                    Err(e) => {
+                        tracing::info!(pod = p.name, error = %e, "drain: backlog unknown");
+                        None
+                    }
+                }
+            }
+            None => None,
+        };
+        let seen = drain::DrainObservation {
+            pods: group_pods.len(),
+            read_only,
+            backlog,
+        };
+        let stopped_at = status::writes_stopped_at(mqc, &g.name)
+            .or_else(|| (seen.pods > 0 && seen.read_only == seen.pods).then_some(now));
+        let step = drain::next_step(
+            &seen,
+            stopped_at.map(|t| now.duration_since(t).unsigned_abs()),
+        );
+        if step == drain::DrainStep::Remove {
+            tracing::warn!(group = g.name, "drained: removing the group");
+            apply::remove_group(&ctx.client, ns, mqc, g.index).await?;
+        }
+        observed.drains.insert(
+            g.index,
+            status::GroupDrain {
+                step,
+                writes_stopped_at: stopped_at,
+            },
+        );
+    }
+    Ok(())
 }
 
 /// Error policy: exponential backoff per object (5 s doubling to 5 min), never a hot loop.

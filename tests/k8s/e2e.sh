@@ -229,16 +229,20 @@ if "$PY" -c 'import yaml' 2>/dev/null; then
   reject bad-flush '{"spec":{"broker":{"flushMode":"Sometimes"}}}' "Unsupported value"
 else skip "python3 yaml module missing: CEL rejection checks skipped"; fi
 
-echo "-- group scale-down is refused"
+echo "-- group scale-in drains instead of removing (no broker pod runs here: the drain waits)"
 K patch mqc demo --type merge -p '{"spec":{"broker":{"groups":1}}}' >/dev/null   # from 3
-stalled_scale() { [ "$(cond Stalled)/$(cond_reason Stalled)" = "True/GroupScaleDownRefused" ]; }
-wait_for 60 "Stalled=True GroupScaleDownRefused" stalled_scale
-check "groups 1 and 2 still exist" quiet K get sts demo-broker-1 demo-broker-2
-warn_event() { K get events.events.k8s.io -o jsonpath='{range .items[*]}{.type}/{.reason}{"\n"}{end}' | grep -q "Warning/GroupScaleDownRefused"; }
-wait_for 30 "Warning event GroupScaleDownRefused" warn_event
+draining() {
+  [ "$(cond Stalled)" = False ] &&
+    [ "$(K get mqc demo -o jsonpath='{.status.groups[*].drain}' | grep -o 'stopping writes' | wc -l)" = 2 ]
+}
+wait_for 60 "groups 1 and 2 draining (status.groups[].drain: stopping writes), not Stalled" draining
+check "groups 1 and 2 still exist (nothing is removed before it is drained)" quiet K get sts demo-broker-1 demo-broker-2
+check "Reconciling says what the drain waits for" bash -c \
+  "kubectl get mqc demo -o jsonpath='{.status.conditions[?(@.type==\"Reconciling\")].message}' | grep -q 'draining demo-broker-2'"
 K patch mqc demo --type merge -p '{"spec":{"broker":{"groups":3}}}' >/dev/null
+undrained() { [ -z "$(K get mqc demo -o jsonpath='{.status.groups[*].drain}')" ] && [ "$(cond Stalled)" = False ] && status_current; }
+wait_for 60 "restoring groups ends the drain" undrained
 unstalled() { [ "$(cond Stalled)" = False ] && status_current; }
-wait_for 60 "restoring groups clears Stalled" unstalled
 check "operator did not hot-loop (log lines < 400)" test "$(wc -l < "$D/operator.log")" -lt 400
 
 echo "-- unsatisfiable config override (passes validation)"

@@ -58,7 +58,7 @@ pub async fn apply_plan(
     let mut groups = BTreeMap::new();
     for g in &plan.groups {
         let sts = match &g.action {
-            GroupAction::Keep => existing.get(&g.index).cloned(),
+            GroupAction::Keep | GroupAction::Drain => existing.get(&g.index).cloned(),
             GroupAction::Apply(objects) => {
                 apply(client, ns, &objects.config_map).await?;
                 apply(client, ns, &objects.service).await?;
@@ -75,6 +75,7 @@ pub async fn apply_plan(
         name_server,
         groups,
         rollouts: BTreeMap::new(),
+        drains: BTreeMap::new(),
     })
 }
 
@@ -120,6 +121,42 @@ pub async fn carry_out_roll(
             }
         }
         RollStep::UpToDate | RollStep::Wait(_) => Ok(step),
+    }
+}
+
+/// Removes drained group `index` of `mqc`: its StatefulSet (whose pods unregister from the
+/// name servers as they stop), ConfigMap, Service and PodDisruptionBudget. Its volume claims
+/// stay (retention policy Retain), as with any StatefulSet scale-in.
+pub async fn remove_group(
+    client: &Client,
+    ns: &str,
+    mqc: &MessageQueueCluster,
+    index: i32,
+) -> Result<(), Error> {
+    use k8s_openapi::api::apps::v1::StatefulSet;
+    use k8s_openapi::api::core::v1::{ConfigMap, Service};
+    use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+    let cluster = kube::ResourceExt::name_any(mqc);
+    let group = crate::builders::names::broker_group(&cluster, index);
+    let config = crate::builders::names::broker_config(&cluster, index);
+    delete::<StatefulSet>(client, ns, &group).await?;
+    delete::<ConfigMap>(client, ns, &config).await?;
+    delete::<Service>(client, ns, &group).await?;
+    delete::<PodDisruptionBudget>(client, ns, &group).await
+}
+
+async fn delete<K>(client: &Client, ns: &str, name: &str) -> Result<(), Error>
+where
+    K: Resource<Scope = NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + DeserializeOwned
+        + Debug,
+{
+    let api: Api<K> = Api::namespaced(client.clone(), ns);
+    match api.delete(name, &Default::default()).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+        Err(e) => Err(e.into()),
     }
 }
 

@@ -71,8 +71,6 @@ pub enum Reason {
     Paused,
     /// `Paused=False` after the pause annotation was removed.
     Resumed,
-    /// Refusal: `spec.broker.groups` is below the number of existing groups.
-    GroupScaleDownRefused,
     /// Refusal: the storage size or class of an existing group changed.
     StorageChangeRefused,
     /// Refusal: a `broker.config` override does not render.
@@ -94,7 +92,6 @@ impl Reason {
             Reason::PauseAnnotation => "PauseAnnotation",
             Reason::Paused => "Paused",
             Reason::Resumed => "Resumed",
-            Reason::GroupScaleDownRefused => "GroupScaleDownRefused",
             Reason::StorageChangeRefused => "StorageChangeRefused",
             Reason::InvalidConfig => "InvalidConfig",
             Reason::MastersElected => "MastersElected",
@@ -141,8 +138,8 @@ mod tests {
             ["Ready", "Reconciling", "Stalled", "Paused"]
         );
         assert_eq!(
-            Reason::GroupScaleDownRefused.to_string(),
-            "GroupScaleDownRefused"
+            Reason::StorageChangeRefused.to_string(),
+            "StorageChangeRefused"
         );
         assert_eq!((status_str(true), status_str(false)), ("True", "False"));
     }

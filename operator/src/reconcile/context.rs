@@ -79,6 +79,8 @@ pub struct Context {
     pub env: OperatorEnv,
     /// The replication controllers of clusters under failover, when the operator runs them.
     pub failover: Option<Arc<Failover>>,
+    /// Asks brokers over the remoting protocol (drains).
+    pub brokers: super::brokers::Brokers,
 }
 
 impl Context {
@@ -95,6 +97,7 @@ impl Context {
             failures: Mutex::new(HashMap::new()),
             env: OperatorEnv::default(),
             failover: None,
+            brokers: Default::default(),
         }
     }
 

@@ -77,6 +77,9 @@ pub enum GroupAction {
     Apply(Box<BrokerGroupObjects>),
     /// Leave the existing group unchanged (its storage cannot change; see [`Plan::stalls`]).
     Keep,
+    /// A group past `spec.broker.groups`: leave its objects, drain it (see `drain`) and remove
+    /// it once empty.
+    Drain,
 }
 
 /// One broker group in the plan.
@@ -128,29 +131,13 @@ fn claim_storage(sts: &StatefulSet) -> Option<(Option<String>, Option<String>)> 
     Some((size, spec.storage_class_name.clone()))
 }
 
-/// Checks the spec against what exists: groups cannot be removed and claim templates cannot
-/// change (both need draining/migration that a later version adds). Returns the refusals and
-/// the indices of the groups to leave unchanged.
+/// Checks the spec against what exists: claim templates cannot change (that needs a data
+/// migration a later version adds). Returns the refusals and the indices of the groups to
+/// leave unchanged. (Groups past the spec are drained, not refused: see [`plan`].)
 pub fn find_stalls(mqc: &MessageQueueCluster, existing: &ExistingGroups) -> (Vec<Stall>, Vec<i32>) {
     let mut stalls = Vec::new();
     let mut frozen = Vec::new();
     let groups = mqc.spec.broker.groups;
-    let extra: Vec<String> = existing
-        .keys()
-        .filter(|g| **g >= groups)
-        .map(|g| names::broker_group(&mqc.name_any(), *g))
-        .collect();
-    if !extra.is_empty() {
-        stalls.push(Stall {
-            reason: Reason::GroupScaleDownRefused,
-            message: format!(
-                "spec.broker.groups is {groups} but {} exist ({}); removing broker groups needs draining, which is not supported yet: restore spec.broker.groups to {} or more",
-                existing.keys().filter(|g| **g >= groups).count() + groups as usize,
-                extra.join(", "),
-                existing.keys().max().map(|m| m + 1).unwrap_or(groups)
-            ),
-        });
-    }
     let storage = &mqc.spec.broker.storage;
     for (g, sts) in existing.iter().filter(|(g, _)| **g < groups) {
         if let Some((size, class)) = claim_storage(sts) {
@@ -196,7 +183,7 @@ pub fn plan(mqc: &MessageQueueCluster, existing: &ExistingGroups, env: &Operator
     }
 
     let cluster = mqc.name_any();
-    let groups = configs
+    let mut groups: Vec<GroupPlan> = configs
         .into_iter()
         .map(|(index, config_map)| GroupPlan {
             index,
@@ -213,6 +200,21 @@ pub fn plan(mqc: &MessageQueueCluster, existing: &ExistingGroups, env: &Operator
             },
         })
         .collect();
+    // Groups past the spec are drained, highest first, and removed once empty (only when the
+    // configuration renders: a bad override stalls the brokers as a whole).
+    if !groups.is_empty() || mqc.spec.broker.groups == 0 {
+        for index in existing
+            .keys()
+            .rev()
+            .filter(|g| **g >= mqc.spec.broker.groups)
+        {
+            groups.push(GroupPlan {
+                index: *index,
+                name: names::broker_group(&cluster, *index),
+                action: GroupAction::Drain,
+            });
+        }
+    }
 
     Plan {
         name_server: NameServerObjects {
@@ -285,25 +287,26 @@ mod tests {
     }
 
     #[test]
-    fn scale_down_is_refused_and_the_extra_groups_are_not_planned() {
+    fn groups_past_the_spec_are_drained_highest_first_not_refused() {
         let p = plan(
             &cluster(1, 1),
             &existing(&cluster(3, 1), 3),
             &OperatorEnv::default(),
         );
-        assert_eq!(p.stalls.len(), 1);
-        assert_eq!(p.stalls[0].reason, Reason::GroupScaleDownRefused);
-        assert!(
-            p.stalls[0]
-                .message
-                .contains("orders-broker-1, orders-broker-2")
-                && p.stalls[0]
-                    .message
-                    .contains("restore spec.broker.groups to 3"),
-            "{}",
-            p.stalls[0].message
-        );
-        assert_eq!(applied(&p), [(0, true)]);
+        assert!(p.stalls.is_empty(), "{:?}", p.stalls);
+        let actions: Vec<(i32, &str)> = p
+            .groups
+            .iter()
+            .map(|g| {
+                let a = match g.action {
+                    GroupAction::Apply(_) => "apply",
+                    GroupAction::Keep => "keep",
+                    GroupAction::Drain => "drain",
+                };
+                (g.index, a)
+            })
+            .collect();
+        assert_eq!(actions, [(0, "apply"), (2, "drain"), (1, "drain")]);
     }
 
     #[test]

@@ -36,6 +36,8 @@ pub struct PodState {
     pub ready: bool,
     /// Being deleted.
     pub terminating: bool,
+    /// Its IP, once it has one (brokers are asked at `<ip>:10911`).
+    pub ip: Option<String>,
 }
 
 impl PodState {
@@ -54,6 +56,7 @@ impl PodState {
             revision: pod.labels().get(REVISION_LABEL).cloned(),
             ready,
             terminating: pod.metadata.deletion_timestamp.is_some(),
+            ip: pod.status.as_ref().and_then(|s| s.pod_ip.clone()),
             name,
         })
     }
@@ -248,6 +251,7 @@ mod tests {
             revision: Some(revision.into()),
             ready: true,
             terminating: false,
+            ip: None,
         }
     }
 

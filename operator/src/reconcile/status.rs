@@ -18,7 +18,8 @@ use super::conditions::{
     ACTION_ROLL, MASTER_PROMOTED, ROLLING_RESTART, SWITCHOVER, TRUE,
 };
 use super::context::{IDLE_REQUEUE, PROGRESS_REQUEUE};
-use super::plan::Plan;
+use super::drain::DrainStep;
+use super::plan::{GroupAction, Plan};
 use super::roll::RollStep;
 use crate::builders::{self, names};
 use crate::crd::{BrokerGroupStatus, MessageQueueCluster, MessageQueueClusterStatus};
@@ -34,6 +35,41 @@ pub struct Observed {
     /// Under failover: the step of each group's replication-aware roll this reconcile took
     /// or waits on (see `roll`).
     pub rollouts: BTreeMap<i32, RollStep>,
+    /// Groups past the spec: their drain (see `drain`).
+    pub drains: BTreeMap<i32, GroupDrain>,
+}
+
+/// Where a draining group stands after this reconcile.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GroupDrain {
+    /// The step taken or awaited.
+    pub step: DrainStep,
+    /// When every pod became read-only, once it did.
+    pub writes_stopped_at: Option<Timestamp>,
+}
+
+/// When the status says every pod of group `name` became read-only (a drain under way).
+pub fn writes_stopped_at(mqc: &MessageQueueCluster, name: &str) -> Option<Timestamp> {
+    mqc.status
+        .as_ref()?
+        .groups
+        .iter()
+        .find(|g| g.name == name)?
+        .writes_stopped_at
+        .as_deref()?
+        .parse()
+        .ok()
+}
+
+/// Groups the plan applies again although the status shows their drain had stopped writes
+/// (the scale-in was taken back): their pods must take writes again.
+pub fn cancelled_drains(mqc: &MessageQueueCluster, plan: &Plan) -> Vec<i32> {
+    plan.groups
+        .iter()
+        .filter(|g| !matches!(g.action, GroupAction::Drain))
+        .filter(|g| writes_stopped_at(mqc, &g.name).is_some())
+        .map(|g| g.index)
+        .collect()
 }
 
 /// An event to publish about the cluster.
@@ -177,9 +213,11 @@ pub fn status(
     let mut promotions = Vec::new();
     let mut masterless = Vec::new();
     let mut rolls = Vec::new();
+    let mut drains = Vec::new();
     for g in &plan.groups {
         let sts = observed.groups.get(&g.index);
-        all_ready &= sts.is_some_and(statefulset_ready);
+        let draining = matches!(g.action, GroupAction::Drain);
+        all_ready &= !draining && sts.is_some_and(statefulset_ready);
         let replicas = sts
             .and_then(|s| s.spec.as_ref())
             .and_then(|s| s.replicas)
@@ -201,13 +239,25 @@ pub fn status(
                 masterless.push(g.name.clone());
             }
         }
+        if draining {
+            let d = observed.drains.get(&g.index);
+            let text = d.map_or_else(|| "draining".to_string(), |d| d.step.to_string());
+            drains.push(format!("{}: {text}", g.name));
+            group.drain = Some(text);
+            group.writes_stopped_at = d.and_then(|d| d.writes_stopped_at).map(|t| t.to_string());
+        }
         if let Some(step) = observed.rollouts.get(&g.index).filter(|s| !s.done()) {
             group.rollout = Some(step.to_string());
             rolls.extend(roll_notice(&g.name, step));
         }
         groups.push(group);
     }
-    all_ready &= plan.groups.len() as i32 == mqc.spec.broker.groups;
+    all_ready &= plan
+        .groups
+        .iter()
+        .filter(|g| !matches!(g.action, GroupAction::Drain))
+        .count() as i32
+        == mqc.spec.broker.groups;
 
     let stalled = plan.stalled();
     let stall_message = plan
@@ -239,6 +289,7 @@ pub fn status(
     let rolling: Vec<String> = groups
         .iter()
         .filter_map(|g| g.rollout.as_ref().map(|r| format!("{}: {r}", g.name)))
+        .chain(drains.iter().map(|d| format!("draining {d}")))
         .collect();
     let (reconciling_reason, reconciling_message) = if reconciling && !rolling.is_empty() {
         (Reason::Progressing, rolling.join("; "))

@@ -47,13 +47,17 @@ fn applied(mqc: &MessageQueueCluster, ready: bool) -> (Plan, Observed) {
             crate::reconcile::plan::GroupAction::Apply(o) => {
                 (g.index, finish(o.statefulset.clone()))
             }
-            crate::reconcile::plan::GroupAction::Keep => unreachable!("fresh cluster"),
+            crate::reconcile::plan::GroupAction::Keep
+            | crate::reconcile::plan::GroupAction::Drain => {
+                unreachable!("fresh cluster")
+            }
         })
         .collect();
     let observed = Observed {
         name_server: finish(p.name_server.statefulset.clone()),
         groups,
         rollouts: Default::default(),
+        drains: Default::default(),
     };
     (p, observed)
 }
@@ -191,7 +195,7 @@ fn refusals_stall_with_every_message_and_a_warning_each() {
     let (mut p, observed) = applied(&mqc, true);
     p.stalls = vec![
         Stall {
-            reason: Reason::GroupScaleDownRefused,
+            reason: Reason::InvalidConfig,
             message: "first".into(),
         },
         Stall {
@@ -203,9 +207,9 @@ fn refusals_stall_with_every_message_and_a_warning_each() {
     assert_eq!(
         summary(&out.status),
         [
-            triple(ConditionType::Ready, false, Reason::GroupScaleDownRefused),
+            triple(ConditionType::Ready, false, Reason::InvalidConfig),
             triple(ConditionType::Reconciling, false, Reason::Settled),
-            triple(ConditionType::Stalled, true, Reason::GroupScaleDownRefused),
+            triple(ConditionType::Stalled, true, Reason::InvalidConfig),
         ]
     );
     assert_eq!(
@@ -217,7 +221,7 @@ fn refusals_stall_with_every_message_and_a_warning_each() {
     assert_eq!(
         reasons,
         [
-            (EventType::Warning, Reason::GroupScaleDownRefused.as_str()),
+            (EventType::Warning, Reason::InvalidConfig.as_str()),
             (EventType::Warning, Reason::StorageChangeRefused.as_str())
         ]
     );

@@ -1,0 +1,140 @@
+//! What the operator asks brokers over RocketMQ's remoting protocol, the IO half of a drain
+//! (`drain` decides): make a pod read-only or writable again (UPDATE_BROKER_CONFIG
+//! `brokerPermission`), and how much its consumer groups have left to read (the committed
+//! offsets of GET_ALL_CONSUMER_OFFSET against each queue's GET_MAX_OFFSET). Brokers are
+//! reached at their pod IP on the remoting port.
+
+use std::time::Duration;
+
+use conveyor_protocol::code::{request_code as rc, response_code as resp};
+use conveyor_protocol::command::RemotingCommand;
+use conveyor_remoting::{RemotingClient, RemotingConfig};
+
+use crate::builders::BROKER_PORT;
+
+/// How long one request to a broker may take.
+const TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Why a broker could not be asked.
+#[derive(Debug, thiserror::Error)]
+pub enum BrokerCallError {
+    /// No answer.
+    #[error("{addr}: {source}")]
+    Unreachable {
+        /// The broker.
+        addr: String,
+        /// Why.
+        #[source]
+        source: conveyor_remoting::RemotingError,
+    },
+    /// An answer other than success.
+    #[error("{addr} answered code {code}: {remark}")]
+    Refused {
+        /// The broker.
+        addr: String,
+        /// Its response code.
+        code: i32,
+        /// Its remark.
+        remark: String,
+    },
+    /// A body that is not what RocketMQ sends.
+    #[error("{addr}: unexpected answer: {why}")]
+    Malformed {
+        /// The broker.
+        addr: String,
+        /// What was wrong.
+        why: String,
+    },
+}
+
+/// A client for the brokers of the clusters this operator manages.
+pub struct Brokers {
+    /// Connections by address.
+    client: RemotingClient,
+}
+
+impl Default for Brokers {
+    fn default() -> Self {
+        Self {
+            client: RemotingClient::new(RemotingConfig::default()),
+        }
+    }
+}
+
+/// The remoting address of a pod.
+pub fn address(pod_ip: &str) -> String {
+    format!("{pod_ip}:{BROKER_PORT}")
+}
+
+impl Brokers {
+    async fn call(
+        &self,
+        addr: &str,
+        req: RemotingCommand,
+    ) -> Result<RemotingCommand, BrokerCallError> {
+        let r = self
+            .client
+            .invoke_timeout(addr, req, TIMEOUT)
+            .await
+            .map_err(|source| BrokerCallError::Unreachable {
+                addr: addr.to_string(),
+                source,
+            })?;
+        if r.code != resp::SUCCESS {
+            return Err(BrokerCallError::Refused {
+                addr: addr.to_string(),
+                code: r.code,
+                remark: r.remark.unwrap_or_default(),
+            });
+        }
+        Ok(r)
+    }
+
+    /// Sets the broker's permission: 4 read-only (drained), 6 read and write.
+    pub async fn set_permission(&self, addr: &str, perm: i32) -> Result<(), BrokerCallError> {
+        let req = RemotingCommand::request(rc::UPDATE_BROKER_CONFIG, Default::default())
+            .with_body(format!("brokerPermission={perm}\n").into_bytes());
+        self.call(addr, req).await.map(|_| ())
+    }
+
+    /// Messages the broker's consumer groups have committed offsets for but not consumed: for
+    /// every `topic@group` and queue, the queue's end minus the committed offset.
+    pub async fn backlog(&self, addr: &str) -> Result<u64, BrokerCallError> {
+        let malformed = |why: String| BrokerCallError::Malformed {
+            addr: addr.to_string(),
+            why,
+        };
+        let r = self
+            .call(
+                addr,
+                RemotingCommand::request(rc::GET_ALL_CONSUMER_OFFSET, Default::default()),
+            )
+            .await?;
+        let body: serde_json::Value =
+            serde_json::from_slice(&r.body).map_err(|e| malformed(e.to_string()))?;
+        let table = body
+            .get("offsetTable")
+            .and_then(|t| t.as_object())
+            .ok_or_else(|| malformed("no offsetTable".into()))?;
+        let mut backlog = 0u64;
+        for (key, queues) in table {
+            let topic = key.split('@').next().unwrap_or_default();
+            let queues = queues
+                .as_object()
+                .ok_or_else(|| malformed(format!("offsets of {key} are not a map")))?;
+            for (queue, committed) in queues {
+                let committed = committed.as_i64().unwrap_or(0);
+                let req = RemotingCommand::request(rc::GET_MAX_OFFSET, Default::default())
+                    .with_ext("topic", topic)
+                    .with_ext("queueId", queue);
+                let end = self
+                    .call(addr, req)
+                    .await?
+                    .get_i64("offset")
+                    .map_err(|e| malformed(e.to_string()))?;
+                backlog += end.saturating_sub(committed).max(0) as u64;
+            }
+        }
+        Ok(backlog)
+    }
+}

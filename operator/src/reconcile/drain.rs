@@ -1,0 +1,127 @@
+//! Draining a broker group before it is removed (a scale-in of `spec.broker.groups`), the
+//! order RocketMQ operators follow by hand with `mqadmin wipeWritePerm`: stop writes, let
+//! producers learn it, let every consumer group finish what the group holds, then remove it.
+//!
+//! 1. Every pod of the group is made read-only (`brokerPermission=4` through
+//!    UPDATE_BROKER_CONFIG; repeated every reconcile, so a pod that restarts mid-drain is
+//!    read-only again). Its registrations then show every topic read-only and producers choose
+//!    other groups.
+//! 2. Nothing is removed before clients had a route poll since writes stopped
+//!    ([`ROUTE_REFRESH`]): a send in flight to the group still lands and is consumed.
+//! 3. The group is removed once no consumer group has anything left on it: for every
+//!    `topic@group` the master holds offsets for, each queue's committed offset has reached the
+//!    queue's end (retry topics included).
+//!
+//! This module is the pure decision; the reconciler asks the brokers and carries it out.
+
+use std::time::Duration;
+
+use super::roll::ROUTE_REFRESH;
+
+/// What the reconciler learnt from a draining group's brokers this time.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DrainObservation {
+    /// Pods of the group that run, and how many of them are read-only now.
+    pub pods: usize,
+    /// Of those, the ones that took `brokerPermission=4`.
+    pub read_only: usize,
+    /// Messages consumer groups have yet to consume on the group's master (`None`: the
+    /// master could not be asked).
+    pub backlog: Option<u64>,
+}
+
+/// The next step of a group's drain.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DrainStep {
+    /// Some pod is not read-only yet (or none runs): writes may still land.
+    StoppingWrites(String),
+    /// Writes stopped; clients have not all had a route poll since.
+    WaitingForRoutes(Duration),
+    /// Consumers still have this much to read.
+    WaitingForConsumers(u64),
+    /// Empty and unwritten: remove the group's objects.
+    Remove,
+}
+
+impl std::fmt::Display for DrainStep {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DrainStep::StoppingWrites(why) => write!(f, "stopping writes: {why}"),
+            DrainStep::WaitingForRoutes(left) => write!(
+                f,
+                "writes stopped; waiting {}s for clients' route poll",
+                left.as_secs()
+            ),
+            DrainStep::WaitingForConsumers(n) => {
+                write!(f, "writes stopped; consumers have {n} messages left on it")
+            }
+            DrainStep::Remove => write!(f, "drained: removing it"),
+        }
+    }
+}
+
+/// Decides the drain's next step from `seen` and how long ago every pod of the group was
+/// read-only (`read_only_for`, `None` when not yet).
+pub fn next_step(seen: &DrainObservation, read_only_for: Option<Duration>) -> DrainStep {
+    if seen.pods == 0 {
+        return DrainStep::StoppingWrites("no pod of the group runs to be asked".into());
+    }
+    if seen.read_only < seen.pods {
+        return DrainStep::StoppingWrites(format!(
+            "{} of {} pods are read-only",
+            seen.read_only, seen.pods
+        ));
+    }
+    let since = read_only_for.unwrap_or_default();
+    if since < ROUTE_REFRESH {
+        return DrainStep::WaitingForRoutes(ROUTE_REFRESH - since);
+    }
+    match seen.backlog {
+        Some(0) => DrainStep::Remove,
+        Some(n) => DrainStep::WaitingForConsumers(n),
+        None => DrainStep::StoppingWrites("the group's master did not say its backlog".into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn seen(pods: usize, read_only: usize, backlog: Option<u64>) -> DrainObservation {
+        DrainObservation {
+            pods,
+            read_only,
+            backlog,
+        }
+    }
+
+    #[test]
+    fn a_group_is_removed_only_read_only_past_a_route_poll_and_consumed() {
+        let long = Some(ROUTE_REFRESH);
+        assert!(matches!(
+            next_step(&seen(2, 1, Some(0)), long),
+            DrainStep::StoppingWrites(_)
+        ));
+        assert!(matches!(
+            next_step(&seen(0, 0, Some(0)), long),
+            DrainStep::StoppingWrites(_)
+        ));
+        assert_eq!(
+            next_step(&seen(2, 2, Some(0)), Some(Duration::from_secs(5))),
+            DrainStep::WaitingForRoutes(ROUTE_REFRESH - Duration::from_secs(5))
+        );
+        assert_eq!(
+            next_step(&seen(2, 2, Some(0)), None),
+            DrainStep::WaitingForRoutes(ROUTE_REFRESH)
+        );
+        assert_eq!(
+            next_step(&seen(2, 2, Some(17)), long),
+            DrainStep::WaitingForConsumers(17)
+        );
+        assert!(matches!(
+            next_step(&seen(2, 2, None), long),
+            DrainStep::StoppingWrites(_)
+        ));
+        assert_eq!(next_step(&seen(2, 2, Some(0)), long), DrainStep::Remove);
+    }
+}
