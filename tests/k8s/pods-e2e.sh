@@ -49,7 +49,8 @@ echo "== real pods: binaries and images"
 TOOLS=$(tests/k8s/install-tools.sh)
 export PATH="$TOOLS:$PATH"
 KBIN=$(tests/k8s/build-node.sh)
-cargo build -q -p conveyor-operator
+cargo build -q -p conveyor-operator -p conveyor
+CONVEYOR_BIN="${CARGO_TARGET_DIR:-$ROOT/target}/debug/conveyor"
 OPERATOR="${CARGO_TARGET_DIR:-$ROOT/target}/debug/conveyor-operator"
 IMAGE=localhost/conveyor:0.1.0
 S=(--storage-driver vfs)
@@ -443,13 +444,48 @@ restart $ROLL_MASTER"
     }
     wait_for 120 "the master returns: $NM master again, the slave back in sync, not Degraded" back
   else bad "no task for the broker containers ($NS_: '$spid', $NM: '$mpid')"; fi
+
+  # Scale-out 1 -> 2 groups, the topic given queues on the new group (existing topics gain
+  # queues on a new group only when asked), a push consumer running; then scale-in 2 -> 1:
+  # the operator drains group 1 (read-only, clients' route poll, consumers done) and only then
+  # removes it. No send fails, and every SEND_OK is consumed, whichever group held it.
+  echo "== real pods: scale-out 1 -> 2 groups and a drained scale-in 2 -> 1"
+  K patch mqc pods --type merge -p '{"spec":{"broker":{"groups":2}}}' >/dev/null
+  group1_ready() {
+    [ "$(K get sts pods-broker-1 -o jsonpath='{.status.readyReplicas}' 2>/dev/null)" = 2 ] &&
+      [[ "$(K get mqc pods -o jsonpath='{.status.groups[1].inSyncReplicas}')" == *pods-broker-1-0*pods-broker-1-1* ]]
+  }
+  wait_for 240 "group 1 (pods-broker-1) Running, Ready, a master and both replicas in sync" group1_ready
+  check "PodsTopic gets queues on both groups (conveyor admin create-topic --cluster pods)" quiet \
+    "$CONVEYOR_BIN" admin create-topic --namesrv-addr "$NS_IP:9876" --cluster pods --topic PodsTopic --queues 4
+  (java_run drain-push "$NS_IP:9876" PodsTopic "$D/ledger" > "$D/push.out" 2>"$D/push.log") &
+  PUSH=$!
+  # Let the producer (client defaults: a route poll every 30 s) spread over both groups.
+  on_both() { [ "$(curl -sf "http://$(K get pod pods-broker-1-0 -o jsonpath='{.status.podIP}'):8080/metrics" "http://$(K get pod pods-broker-1-1 -o jsonpath='{.status.podIP}'):8080/metrics" | awk '$1 ~ /^conveyor_messages_in_total/ {n += $2} END {print n + 0}')" -gt 0 ]; }
+  wait_for 90 "the producer writes to group 1 as well" on_both
+  SCALE_T0=$(date +%s%3N)
+  K patch mqc pods --type merge -p '{"spec":{"broker":{"groups":1}}}' >/dev/null
+  draining_now() { K get mqc pods -o jsonpath='{.status.groups[*].drain}' | grep -q .; }
+  wait_for 60 "group 1 is draining (status.groups[].drain)" draining_now
+  K get mqc pods -o jsonpath='{range .status.groups[*]}{.name}: {.drain}{"\n"}{end}' | sed 's/^/    /'
+  removed() { ! K get sts pods-broker-1 >/dev/null 2>&1 && [ -z "$(K get mqc pods -o jsonpath='{.status.groups[*].drain}')" ]; }
+  wait_for 300 "group 1 drained and removed (StatefulSet gone, status without drain)" removed
+  SCALE_T1=$(date +%s%3N)
+  sed 's/\x1b\[[0-9;]*m//g' "$D/operator.log" | grep -a "drained: removing" | sed 's/^/    /' | cut -c1-160
+  failed=$(awk -v a="$SCALE_T0" -v b="$SCALE_T1" '$2 >= a && $2 <= b' "$D/ledger/failed" | wc -l)
+  check "no failed send during the drained scale-in" test "$failed" = 0
+  echo "    scale-in took $(( (SCALE_T1 - SCALE_T0) / 1000 )) s; failed sends: $failed"
+  check "group 1's claims are kept (retention policy Retain)" quiet K get pvc data-pods-broker-1-0 data-pods-broker-1-1
   base=$(wc -l < "$D/ledger/ok")
   more() { [ "$(wc -l < "$D/ledger/ok")" -ge $((base + 200)) ]; }
   wait_for 120 "the producer goes on after the restart (200 more SEND_OK)" more
   touch "$D/ledger/stop"; wait "$PRODUCER" || true
   echo "    $(cat "$D/producer.out")"
+  wait "$PUSH" || true   # ends 10 s after the last message
+  echo "    $(cat "$D/push.out")"
   java_run drain "$NS_IP:9876" PodsTopic "$D/ledger" > "$D/drain.out" 2>"$D/drain.log" || true
-  missing=$(comm -23 <(sort -u "$D/ledger/ok") <(sort -u "$D/ledger/seen" 2>/dev/null) | wc -l)
+  # What group 1 held was consumed by the push consumer before the group went.
+  missing=$(comm -23 <(sort -u "$D/ledger/ok") <(sort -u "$D/ledger/seen" "$D/ledger/seen-push" 2>/dev/null) | wc -l)
   if [ "$missing" = 0 ]; then ok "a Java consumer received every SEND_OK message ($(wc -l < "$D/ledger/ok"))"
   else bad "$missing SEND_OK messages not received"; fi
   JAVA_DONE=1
