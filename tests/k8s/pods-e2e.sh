@@ -24,6 +24,7 @@ PASS=0; FAIL=0
 ok()  { echo "  ok   $*"; PASS=$((PASS+1)); }
 bad() { echo "  FAIL $*"; FAIL=$((FAIL+1)); }
 check() { local what=$1; shift; if "$@"; then ok "$what"; else bad "$what"; fi; }
+quiet() { "$@" >/dev/null; }
 fatal() { echo "  FAIL $*"; echo "== pods: $PASS passed, $((FAIL+1)) failed"; exit 1; }
 
 if [ "$(id -u)" != 0 ]; then
