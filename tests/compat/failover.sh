@@ -6,8 +6,9 @@
 # mode is 100), each time once both replicas are in sync; the controller promotes the slave and
 # the killed broker comes back as its slave. Afterwards a Java consumer reads everything from
 # offset 0: every key the producer saw SEND_OK for must be there, and no key it never sent.
-# Every fourth cycle the slave is killed first and restarted after the master's kill: what the
-# master stored meanwhile must not have been acknowledged. Last, with the controller stopped (so
+# Every fourth cycle the slave is killed first and restarted after the master's kill: it is
+# promoted only if still in the in-sync set (else the old master comes back first), and
+# nothing acknowledged may be lost either way. Last, with the controller stopped (so
 # nobody is promoted) and the master killed, a Java push consumer of a new group reads every
 # acknowledged key from the slave (`slave-read-enable`, RocketMQ's reads from slaves).
 # Prints the unavailability (kill → next SEND_OK) median and max.
@@ -113,6 +114,11 @@ replication() {
     python3 -c 'import json,sys; d=json.load(sys.stdin); print(d["master"] if d["master"] is not None else -1, len(d["syncStateSet"]))' ||
     echo "-1 0"
 }
+# Whether broker $1 is in the controller's in-sync set.
+in_sync_has() {
+  "$BIN" admin replication --controller "$CONTROLLER" --group broker-a --output json 2>/dev/null |
+    python3 -c 'import json,sys; sys.exit(0 if int(sys.argv[1]) in json.load(sys.stdin)["syncStateSet"] else 1)' "$1"
+}
 lines() { [[ -f "$1" ]] && wc -l <"$1" || echo 0; }
 # The number of the newest acknowledged key (keys are k-<sequence>, sent in order).
 last_ok() { [[ -s "$1" ]] && tail -n 1 "$1" | sed 's/^k-0*//; s/^$/0/' || echo -1; }
@@ -151,15 +157,24 @@ for cycle in $(seq 1 "$CYCLES"); do
     fi
     sleep 0.1
   done
+  restarted=
   if ((cycle % 4 == 0)); then
-    # The slave dies first: what the master stores now is not on it and must not be SEND_OK.
-    # The master dies before the in-sync set drops the slave, which comes back and is promoted.
+    # The slave dies first, then the master after two more sends. The master drops the slave
+    # from the in-sync set as soon as its stream closes, and acknowledges alone only once the
+    # controller confirmed that. So either the slave left the set, lacks acknowledged
+    # messages, and must not be promoted (the group waits for the old master), or it is still
+    # in the set, nothing was acknowledged without it, and it is promoted. A wrong
+    # acknowledgement or promotion shows as a lost message below.
     slave=$((1 - master))
     kill -9 "$(cat "$WORK/b$slave.pid")"
     sent=$(lines "$WORK/ledger/attempted")
     until (($(lines "$WORK/ledger/attempted") >= sent + 2)); do sleep 0.01; done
     kill -9 "$(cat "$WORK/b$master.pid")"
     start_broker "$slave"
+    if ! in_sync_has "$slave"; then
+      start_broker "$master"
+      restarted=1
+    fi
   else
     kill -9 "$(cat "$WORK/b$master.pid")"
   fi
@@ -175,7 +190,7 @@ for cycle in $(seq 1 "$CYCLES"); do
     sleep 0.05
   done
   UNAVAILABLE+=("$(echo "$(now) - $killed" | bc)")
-  start_broker "$master"
+  [[ -n $restarted ]] || start_broker "$master"
 done
 touch "$WORK/ledger/stop"
 wait "$(cat "$WORK/producer.pid")" || true
