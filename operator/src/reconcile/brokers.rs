@@ -97,9 +97,13 @@ impl Brokers {
         self.call(addr, req).await.map(|_| ())
     }
 
-    /// Messages the broker's consumer groups have committed offsets for but not consumed: for
-    /// every `topic@group` and queue, the queue's end minus the committed offset.
-    pub async fn backlog(&self, addr: &str) -> Result<u64, BrokerCallError> {
+    /// Messages the broker's consumer groups have committed offsets for but not consumed, by
+    /// group: for every `topic@group` and queue, the queue's end minus the committed offset.
+    /// Groups with nothing left are not listed.
+    pub async fn backlog(
+        &self,
+        addr: &str,
+    ) -> Result<std::collections::BTreeMap<String, u64>, BrokerCallError> {
         let malformed = |why: String| BrokerCallError::Malformed {
             addr: addr.to_string(),
             why,
@@ -116,9 +120,9 @@ impl Brokers {
             .get("offsetTable")
             .and_then(|t| t.as_object())
             .ok_or_else(|| malformed("no offsetTable".into()))?;
-        let mut backlog = 0u64;
+        let mut backlog = std::collections::BTreeMap::new();
         for (key, queues) in table {
-            let topic = key.split('@').next().unwrap_or_default();
+            let (topic, group) = key.split_once('@').unwrap_or((key, ""));
             let queues = queues
                 .as_object()
                 .ok_or_else(|| malformed(format!("offsets of {key} are not a map")))?;
@@ -132,7 +136,10 @@ impl Brokers {
                     .await?
                     .get_i64("offset")
                     .map_err(|e| malformed(e.to_string()))?;
-                backlog += end.saturating_sub(committed).max(0) as u64;
+                let left = end.saturating_sub(committed).max(0) as u64;
+                if left > 0 {
+                    *backlog.entry(group.to_string()).or_insert(0) += left;
+                }
             }
         }
         Ok(backlog)

@@ -14,6 +14,7 @@
 //!
 //! This module is the pure decision; the reconciler asks the brokers and carries it out.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use super::roll::ROUTE_REFRESH;
@@ -25,9 +26,9 @@ pub struct DrainObservation {
     pub pods: usize,
     /// Of those, the ones that took `brokerPermission=4`.
     pub read_only: usize,
-    /// Messages consumer groups have yet to consume on the group's master (`None`: the
-    /// master could not be asked).
-    pub backlog: Option<u64>,
+    /// Messages each consumer group has yet to consume on the group's master, groups with
+    /// nothing left omitted (`None`: the master could not be asked).
+    pub backlog: Option<BTreeMap<String, u64>>,
 }
 
 /// The next step of a group's drain.
@@ -37,8 +38,9 @@ pub enum DrainStep {
     StoppingWrites(String),
     /// Writes stopped; clients have not all had a route poll since.
     WaitingForRoutes(Duration),
-    /// Consumers still have this much to read.
-    WaitingForConsumers(u64),
+    /// These consumer groups still have this much to read (a group that no longer consumes
+    /// holds the drain until it is deleted: the message names it).
+    WaitingForConsumers(BTreeMap<String, u64>),
     /// Empty and unwritten: remove the group's objects.
     Remove,
 }
@@ -52,8 +54,13 @@ impl std::fmt::Display for DrainStep {
                 "writes stopped; waiting {}s for clients' route poll",
                 left.as_secs()
             ),
-            DrainStep::WaitingForConsumers(n) => {
-                write!(f, "writes stopped; consumers have {n} messages left on it")
+            DrainStep::WaitingForConsumers(groups) => {
+                let left: Vec<String> = groups.iter().map(|(g, n)| format!("{g} {n}")).collect();
+                write!(
+                    f,
+                    "writes stopped; consumer groups have messages left on it: {}",
+                    left.join(", ")
+                )
             }
             DrainStep::Remove => write!(f, "drained: removing it"),
         }
@@ -76,9 +83,9 @@ pub fn next_step(seen: &DrainObservation, read_only_for: Option<Duration>) -> Dr
     if since < ROUTE_REFRESH {
         return DrainStep::WaitingForRoutes(ROUTE_REFRESH - since);
     }
-    match seen.backlog {
-        Some(0) => DrainStep::Remove,
-        Some(n) => DrainStep::WaitingForConsumers(n),
+    match &seen.backlog {
+        Some(left) if left.is_empty() => DrainStep::Remove,
+        Some(left) => DrainStep::WaitingForConsumers(left.clone()),
         None => DrainStep::StoppingWrites("the group's master did not say its backlog".into()),
     }
 }
@@ -91,7 +98,12 @@ mod tests {
         DrainObservation {
             pods,
             read_only,
-            backlog,
+            backlog: backlog.map(|n| {
+                (n > 0)
+                    .then(|| ("orders-consumer".to_string(), n))
+                    .into_iter()
+                    .collect()
+            }),
         }
     }
 
@@ -114,9 +126,10 @@ mod tests {
             next_step(&seen(2, 2, Some(0)), None),
             DrainStep::WaitingForRoutes(ROUTE_REFRESH)
         );
+        let waiting = next_step(&seen(2, 2, Some(17)), long);
         assert_eq!(
-            next_step(&seen(2, 2, Some(17)), long),
-            DrainStep::WaitingForConsumers(17)
+            waiting.to_string(),
+            "writes stopped; consumer groups have messages left on it: orders-consumer 17"
         );
         assert!(matches!(
             next_step(&seen(2, 2, None), long),
