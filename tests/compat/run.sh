@@ -61,7 +61,7 @@ fail() { echo "FAIL $1: $2"; FAILED=$((FAILED + 1)); REPORTED["$1"]=1; }
 JAVA_SCENARIOS="a:SendReceive b:SplitGroup c:LitePull d:QueryMessage e:TagFilter g:RetryDlq h:DelayLevels \
 i:TimerMessages j:Transactions k:Orderly l:Broadcast"
 GO_SCENARIOS="a:send-receive e:e-tag-filter g:g-retry-dlq h:h-delay-levels l:l-broadcast"
-MQADMIN_CHECKS="clusterList updateTopic topicList topicRoute topicStatus consumerProgress"
+MQADMIN_CHECKS="clusterList updateTopic topicList topicRoute topicStatus consumerProgress updateBrokerConfig-readOnly getBrokerConfig updateBrokerConfig-readWrite"
 
 # run_program NAME CMD... : runs a test program that prints its own PASS/FAIL line.
 # A program that dies or hangs without printing a result is reported as FAIL NAME.
@@ -279,6 +279,14 @@ run_mqadmin() {
   mqadmin_check "$prefix/topicList" "^$topic\$" -- topicList
   mqadmin_check "$prefix/topicRoute" '"brokerDatas"' '"readQueueNums" *: *4' -- topicRoute -t "$topic"
   mqadmin_check "$prefix/topicStatus" '#Broker Name' "[[:space:]]3[[:space:]]" -- topicStatus -t "$topic"
+
+  # A broker made read-only and writable again at run time (how a broker is drained before
+  # it is removed): brokerPermission is the one setting Conveyor changes without a restart.
+  mqadmin_check "$prefix/updateBrokerConfig-readOnly" 'update broker config success' -- \
+    updateBrokerConfig -c "$cluster" -k brokerPermission -v 4
+  mqadmin_check "$prefix/getBrokerConfig" 'brokerPermission += *4' -- getBrokerConfig -c "$cluster"
+  mqadmin_check "$prefix/updateBrokerConfig-readWrite" 'update broker config success' -- \
+    updateBrokerConfig -c "$cluster" -k brokerPermission -v 6
 
   # consumerProgress needs a group with committed offsets: use the one scenario (f) left behind.
   group="$(sed -n 's/^group=//p' "$LOG_DIR/resume-$p.state" 2>/dev/null)"
