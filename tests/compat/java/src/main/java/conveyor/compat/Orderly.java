@@ -209,11 +209,10 @@ public final class Orderly {
                 throw new Common.Failure("sending failed: " + sendError.get());
             }
 
-            // A new consumer 2 joins while the last rounds are being sent.
-            synchronized (gate) {
-                openedUpTo[0] = PER_KEY;
-                gate.notifyAll();
-            }
+            // A new consumer 2 joins while c1 may still be consuming the middle rounds; the last
+            // rounds are sent once the two split the queues. (Opened before the split, c1 could
+            // consume every last round alone before the rebalance, and c2b would get nothing to
+            // show: seen once in a run of the test command.)
             DefaultMQPushConsumer c3 = make.apply("c2b");
             second.set(c3);
             events.add((System.currentTimeMillis() - t0) + " starting c2b at " + distinct.size() + " distinct");
@@ -221,6 +220,10 @@ public final class Orderly {
             awaitSplit(c1, c3, topic);
             events.add((System.currentTimeMillis() - t0) + " c1 and c2b split the queues at " + distinct.size()
                     + " distinct: " + Common.ids(Common.assignedQueues(c1, topic)) + " / " + Common.ids(Common.assignedQueues(c3, topic)));
+            synchronized (gate) {
+                openedUpTo[0] = PER_KEY;
+                gate.notifyAll();
+            }
 
             Common.await("every message", Common.timeoutMillis(180),
                     () -> sendFailed.getAsBoolean() || distinct.size() == KEYS * PER_KEY,
