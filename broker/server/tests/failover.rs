@@ -278,6 +278,12 @@ async fn drain(client: &RemotingClient, addr: &str) -> BTreeMap<i64, String> {
     }
 }
 
+/// Every body broker `id` of `cluster` holds in queue 0 (see [`drain`]).
+async fn bodies_on(cluster: &Cluster, id: usize) -> BTreeSet<String> {
+    let addr = cluster.brokers[id].as_ref().unwrap().broker.to_string();
+    drain(&cluster.client, &addr).await.into_values().collect()
+}
+
 /// The CommitLog bytes of a store, all segments in order, without the zeros after the end.
 fn commit_log(data: &Path) -> Vec<u8> {
     let mut names: Vec<_> = std::fs::read_dir(data.join("commitlog"))
@@ -1154,11 +1160,7 @@ max-time-not-caught-up-ms = 600000
         "a send to the slave was not relayed\n{}",
         cluster.logs()
     );
-    let master_addr = cluster.brokers[master].as_ref().unwrap().broker.to_string();
-    let on_master: BTreeSet<String> = drain(&cluster.client, &master_addr)
-        .await
-        .into_values()
-        .collect();
+    let on_master = bodies_on(&cluster, master).await;
     let missing: Vec<&String> = ledger.ok.difference(&on_master).collect();
     assert!(missing.is_empty(), "not on the master: {missing:?}");
 
@@ -1248,11 +1250,7 @@ async fn a_switchover_fails_no_send_made_to_the_old_master() {
         "sends to the old master failed during the switchover: {failed:?}\n{}",
         cluster.logs()
     );
-    let new_addr = cluster.brokers[new].as_ref().unwrap().broker.to_string();
-    let seen: BTreeSet<String> = drain(&cluster.client, &new_addr)
-        .await
-        .into_values()
-        .collect();
+    let seen = bodies_on(&cluster, new).await;
     let lost: Vec<&String> = answers
         .iter()
         .map(|(body, _)| body)
