@@ -254,8 +254,9 @@ pub struct Placement {
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub node_selector: BTreeMap<String, String>,
     /// Rack awareness (Strimzi's `rack`): a group's replicas go only to nodes with this label
-    /// and prefer different values of it (zones). Without it they still prefer different
-    /// nodes.
+    /// and prefer different values of it (zones), and each broker records its node's value as
+    /// its zone (for same-zone reads). Without it they still prefer different nodes, and the
+    /// zone comes from `topology.kubernetes.io/zone`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rack: Option<Rack>,
 }

@@ -14,6 +14,7 @@ pub mod observe;
 pub mod plan;
 pub mod roll;
 pub mod status;
+pub mod zones;
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -82,11 +83,14 @@ async fn reconcile_inner(mqc: &MessageQueueCluster, ctx: &Context) -> Result<Act
         .iter()
         .any(|g| matches!(g.action, plan::GroupAction::Drain));
     let cancelled = status::cancelled_drains(mqc, &plan);
-    let pods = if controller.is_some() || draining || !cancelled.is_empty() {
-        observe::group_pods(&ctx.client, &ns, mqc).await?
-    } else {
-        Default::default()
-    };
+    let pods = observe::group_pods(&ctx.client, &ns, mqc).await?;
+    zones::annotate(
+        &ctx.client,
+        &ns,
+        &pods,
+        builders::zone_label(&mqc.spec.placement),
+    )
+    .await;
     if draining {
         drain_groups(
             ctx,

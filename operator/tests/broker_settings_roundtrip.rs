@@ -152,6 +152,11 @@ fn expected(mqc: &MessageQueueCluster, group: i32, ordinal: i32, pod_ip: &str) -
             .map_or(d.slave_read_enable, |v| v == "true"),
         access_message_in_memory_max_ratio: num("broker.access-message-in-memory-max-ratio")
             .unwrap_or(d.access_message_in_memory_max_ratio),
+        // The node's zone, from the file the operator's annotation fills (a flag).
+        zone: conveyor::broker::zone::ZoneSource {
+            fixed: o("broker.zone").map(|v| v.trim_matches('"').to_string()),
+            file: Some("/var/run/conveyor/zone".into()),
+        },
         replication: {
             let role = match (ordinal, spec.replication_mode) {
                 (0, ReplicationMode::Sync) => conveyor_settings::BrokerRole::SyncMaster,

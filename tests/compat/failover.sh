@@ -10,7 +10,10 @@
 # promoted only if still in the in-sync set (else the old master comes back first), and
 # nothing acknowledged may be lost either way. Last, with the controller stopped (so
 # nobody is promoted) and the master killed, a Java push consumer of a new group reads every
-# acknowledged key from the slave (`slave-read-enable`, RocketMQ's reads from slaves).
+# acknowledged key from the slave (`slave-read-enable`, RocketMQ's reads from slaves). Before
+# that, same-zone reads: each broker runs in its own zone (`--zone`), and a Java push consumer
+# started with ROCKETMQ_ZONE set to the slave's zone reads every acknowledged key, most of them
+# served by the slave (its `conveyor_messages_out_total`).
 # Prints the unavailability (kill → next SEND_OK) median and max.
 #
 #   tests/compat/failover.sh
@@ -101,7 +104,7 @@ start_namesrv() {
 start_broker() { # id
   local id=$1
   ("$BIN" broker --config "$WORK/broker.toml" --data-dir "$WORK/b$id" --namesrv-addr "$NAMESRV" \
-    --controller-addr "$CONTROLLER" --broker-id "$id" --listen "127.0.0.1:${PORT[b$id]}" \
+    --controller-addr "$CONTROLLER" --broker-id "$id" --zone "zone-$id" --listen "127.0.0.1:${PORT[b$id]}" \
     --replication-listen "127.0.0.1:${PORT[b${id}_ha]}" --http-listen "127.0.0.1:${PORT[b${id}_http]}" \
     >>"$WORK/b$id.log" 2>&1 &
   echo $! >"$WORK/b$id.pid")
@@ -221,6 +224,30 @@ if lost or unexpected:
     print(f"FAIL failover-ledger: lost {lost[:20]}, unexpected {unexpected[:20]}")
     sys.exit(1)
 print("PASS failover-ledger")
+PY
+
+# Same-zone reads: a consumer in the slave's zone is sent to the slave by the master's pull
+# answers (suggestWhichBrokerId), and the slave keeps it.
+messages_out() {
+  curl -fs "http://127.0.0.1:${PORT[b$1_http]}/metrics" | awk '$1 == "conveyor_messages_out_total" { printf "%.0f\n", $2 }'
+}
+slave=$((1 - master))
+before=$(messages_out "$slave")
+ROCKETMQ_ZONE="zone-$slave" java_run drain-zone drain-push "$NAMESRV" "$TOPIC" "$WORK/ledger" seen-zone
+cat "$WORK/drain-zone.out" >&2
+served=$(( $(messages_out "$slave") - before ))
+python3 - "$WORK/ledger" "$served" "$slave" <<'PY'
+import sys
+d, served, slave = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+read = lambda n: set(open(f"{d}/{n}").read().split())
+ok, seen = read("ok"), read("seen-zone")
+missing = sorted(ok - seen)
+print(f"same-zone read (Java push consumer, ROCKETMQ_ZONE=zone-{slave}): {len(seen)} keys read, "
+      f"{len(missing)} acknowledged keys missing, {served} messages served by the slave b{slave}")
+if missing or served < len(ok) // 2:
+    print(f"FAIL same-zone-read: missing {missing[:20]}, the slave served {served} of {len(ok)}")
+    sys.exit(1)
+print("PASS same-zone-read")
 PY
 
 # Reading from a slave while the group has no master: stop the controller (no promotion), kill

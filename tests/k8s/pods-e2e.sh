@@ -204,6 +204,8 @@ PIDS+=($!)
 node_ready() { [ "$(K get node pods-node-0 -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}')" = True ]; }
 wait_for 120 "node pods-node-0 Ready (kubelet on containerd)" node_ready || {
   tail -30 "$D/kubelet.log"; fatal "no Ready node"; }
+# The node's zone, which the operator records in each broker it runs (same-zone reads).
+K label node pods-node-0 topology.kubernetes.io/zone=zone-a --overwrite >/dev/null
 
 # Static PVs for the broker claims (one per replica), owned by the image's user.
 for i in 0 1 2 3; do
@@ -278,6 +280,17 @@ echo "    group: $(group_status)"
 echo "== real pods: a Java client on the host"
 "$ROOT/tests/compat/fetch.sh" >/dev/null 2>&1 || true
 NS_IP=$(K get pod pods-namesrv-0 -o jsonpath='{.status.podIP}')
+# Zones: the operator copies the node's zone label onto each broker pod; the broker reads it
+# through the downward API and registers it (the group's zoneName in the routes).
+pod_zone() { K get pod "$1" -o jsonpath='{.metadata.annotations.conveyor\.dev/zone}'; }
+zone_recorded() { [ "$(pod_zone pods-broker-0-0)" = zone-a ] && [ "$(pod_zone pods-broker-0-1)" = zone-a ]; }
+wait_for 60 "the operator recorded the node's zone on both broker pods (conveyor.dev/zone)" zone_recorded
+group_zone() {
+  local out # (captured first: grep -q closing the pipe early would fail the pipeline)
+  out=$("$CONVEYOR_BIN" admin cluster --namesrv-addr "$NS_IP:9876" 2>/dev/null) || return 1
+  awk '$2 == "pods-broker-0" { print $3 }' <<<"$out" | grep -qx zone-a
+}
+wait_for 180 "the brokers read it and registered it: the group's zoneName is zone-a" group_zone
 CP="$(cat "$CONVEYOR_CACHE/compat/java-rmq5.classpath" 2>/dev/null || true)"
 if [ -n "$CP" ] && [ -n "$NS_IP" ]; then
   mkdir -p "$D/ledger" "$D/java"

@@ -31,6 +31,14 @@ pub mod perm {
 /// Id of the master in [`BrokerData::broker_addrs`].
 pub const MASTER_ID: i64 = 0;
 
+/// Extension field naming the sender's zone (RocketMQ's `MixAll.ZONE_NAME`): a broker's on
+/// REGISTER_BROKER, a client's on every request when `ROCKETMQ_ZONE` is set.
+pub const ZONE_NAME: &str = "__ZONE_NAME";
+
+/// Extension field of GET_ROUTEINFO_BY_TOPIC (`MixAll.ZONE_MODE`, from `ROCKETMQ_ZONE_MODE`):
+/// `true` asks for the route of the client's zone only (see [`TopicRouteData::in_zone`]).
+pub const ZONE_MODE: &str = "__ZONE_MODE";
+
 /// Body of a GET_ROUTEINFO_BY_TOPIC (105) response (§9.1).
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct TopicRouteData {
@@ -63,6 +71,31 @@ pub struct TopicRouteData {
     pub topic_queue_mapping_by_broker: Option<Value>,
 }
 
+impl TopicRouteData {
+    /// The route a client in `zone` asking for its zone only gets (RocketMQ's name-server
+    /// zone filter): the groups registered in that zone (zone names compared ignoring case),
+    /// and those with no master (their slaves still serve reads), with their queues.
+    #[must_use]
+    pub fn in_zone(mut self, zone: &str) -> Self {
+        let (kept, dropped): (Vec<BrokerData>, Vec<BrokerData>) =
+            self.broker_datas.into_iter().partition(|b| {
+                b.master_addr().is_none()
+                    || b.zone_name
+                        .as_deref()
+                        .is_some_and(|z| z.eq_ignore_ascii_case(zone))
+            });
+        self.queue_datas
+            .retain(|q| !dropped.iter().any(|b| b.broker_name == q.broker_name));
+        for b in &dropped {
+            for addr in b.broker_addrs.values() {
+                self.filter_server_table.remove(addr);
+            }
+        }
+        self.broker_datas = kept;
+        self
+    }
+}
+
 /// One broker group (master and slaves) (§9.1).
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct BrokerData {
@@ -82,7 +115,7 @@ pub struct BrokerData {
         deserialize_with = "null_as_default"
     )]
     pub enable_acting_master: bool,
-    /// 5.x zone name.
+    /// 5.x zone name: where the group runs (Conveyor: its master's zone).
     #[serde(rename = "zoneName", default, skip_serializing_if = "Option::is_none")]
     pub zone_name: Option<String>,
 }

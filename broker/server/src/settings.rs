@@ -19,6 +19,7 @@ use conveyor_settings::{
 use conveyor_store::StoreConfig;
 
 use crate::app::{AppConfig, Role};
+use crate::broker::zone::ZoneSource;
 use crate::broker::{AutoCreateLimits, BrokerConfig};
 use crate::ha::ReplicationConfig;
 use crate::remoting::ServeLimits;
@@ -125,6 +126,12 @@ pub struct ServerArgs {
     /// Time (ms) between two checks of the same undecided transactional message.
     #[arg(long, env = "CONVEYOR_TRANSACTION_CHECK_INTERVAL_MS")]
     pub transaction_check_interval_ms: Option<u64>,
+    /// The zone the broker runs in (registered with the name servers, for same-zone reads).
+    #[arg(long, env = "CONVEYOR_ZONE")]
+    pub zone: Option<String>,
+    /// A file holding the zone, re-read while the broker runs (wins over --zone).
+    #[arg(long, env = "CONVEYOR_ZONE_FILE")]
+    pub zone_file: Option<PathBuf>,
 }
 
 /// Why settings could not be built.
@@ -211,6 +218,8 @@ impl ServerArgs {
                 delay_levels: self.delay_levels.clone(),
                 transaction_timeout_ms: self.transaction_timeout_ms,
                 transaction_check_interval_ms: self.transaction_check_interval_ms,
+                zone: self.zone.clone(),
+                zone_file: self.zone_file.clone(),
                 ..Default::default()
             },
             store: StoreSection {
@@ -305,6 +314,10 @@ pub fn app_config(role: Role, settings: Settings) -> Result<AppConfig, SettingsE
             .access_message_in_memory_max_ratio
             .unwrap_or(d.access_message_in_memory_max_ratio)
             .min(100),
+        zone: ZoneSource {
+            fixed: b.zone.filter(|z| !z.trim().is_empty()),
+            file: b.zone_file,
+        },
         replication: ReplicationConfig::default(),
     };
     let broker = BrokerConfig {

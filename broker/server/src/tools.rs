@@ -109,7 +109,7 @@ pub enum BenchCommand {
 
 #[derive(Debug, Subcommand)]
 pub enum AdminCommand {
-    /// Brokers per cluster.
+    /// Brokers per cluster, with each group's zone.
     Cluster {
         #[command(flatten)]
         target: Target,
@@ -540,12 +540,16 @@ pub async fn admin(cmd: AdminCommand) -> anyhow::Result<()> {
         AdminCommand::Cluster { target } => {
             let admin = Admin::new(&target.namesrv_addr)?;
             let info = admin.cluster_info().await?;
-            println!("{:<20} {:<20} {:<6} address", "cluster", "broker", "id");
+            println!(
+                "{:<20} {:<20} {:<12} {:<6} address",
+                "cluster", "broker", "zone", "id"
+            );
             for (cluster, names) in &info.cluster_addr_table {
                 for name in names {
                     if let Some(b) = info.broker_addr_table.get(name) {
+                        let zone = b.zone_name.as_deref().unwrap_or("-");
                         for (id, addr) in &b.broker_addrs {
-                            println!("{cluster:<20} {name:<20} {id:<6} {addr}");
+                            println!("{cluster:<20} {name:<20} {zone:<12} {id:<6} {addr}");
                         }
                     }
                 }

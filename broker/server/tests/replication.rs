@@ -365,3 +365,114 @@ async fn a_slave_serves_pulls_only_when_slave_reads_are_on() {
         "a slave with slave reads on serves what it holds"
     );
 }
+
+/// Same-zone reads (RocketMQ's zone: `ROCKETMQ_ZONE` on both sides): the master registers its
+/// zone as the group's `zoneName`, name servers give a client in zone mode only its zone's
+/// groups, and with slave reads on a consumer that names its zone (`__ZONE_NAME`) is sent to
+/// the replica there and kept there. The slave's zone arrives late, through its zone file (as
+/// on Kubernetes, once the pod is scheduled), and reaches the master on its replication
+/// stream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_consumer_is_sent_to_the_replica_in_its_zone() {
+    // On the heap: the whole exchange as one future is too deep for the test thread's stack
+    // in a debug build.
+    Box::pin(zone_reads()).await
+}
+
+async fn zone_reads() {
+    use conveyor_protocol::code::request_code as rc;
+    use conveyor_protocol::command::RemotingCommand;
+    use conveyor_protocol::route::{TopicRouteData, ZONE_MODE, ZONE_NAME};
+
+    let tmp = tempfile::tempdir().unwrap();
+    let zone_file = tmp.path().join("slave-zone");
+    let m = node(
+        tmp.path(),
+        "master",
+        "[broker]\nslave-read-enable = true\nzone = \"zone-a\"\n",
+    );
+    let s = node(
+        tmp.path(),
+        "slave",
+        &format!(
+            "[broker]\nslave-read-enable = true\nzone-file = \"{}\"\n",
+            zone_file.display()
+        ),
+    );
+    let master = master(&m, "ASYNC_MASTER").await;
+    let mut conn = RawConn::connect(&master.broker.to_string()).await;
+    for i in 0..5 {
+        let r = conn.request(send_request(TOPIC, 0, format!("z-{i}"))).await;
+        assert_eq!(r.code, resp::SUCCESS);
+    }
+    let slave = slave(&s, &master).await;
+    assert_eq!(wait_for_queue(&slave.broker.to_string(), 5).await.len(), 5);
+
+    let pull_from = |zone: Option<&str>| {
+        let req = pull_request("zoned", TOPIC, 0, 0);
+        match zone {
+            Some(z) => req.with_ext(ZONE_NAME, z),
+            None => req,
+        }
+    };
+    let suggested = |r: &RemotingCommand| r.get_i64("suggestWhichBrokerId").unwrap();
+    // The slave has no zone yet: everyone reads from the master.
+    let r = conn.request(pull_from(Some("zone-b"))).await;
+    assert_eq!((r.code, suggested(&r)), (resp::SUCCESS, 0));
+
+    std::fs::write(&zone_file, "zone-b\n").unwrap();
+    let deadline = Instant::now() + DEADLINE;
+    loop {
+        let r = conn.request(pull_from(Some("zone-b"))).await;
+        if suggested(&r) == 1 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "never sent to the zone-b slave");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let r = conn.request(pull_from(Some("zone-a"))).await;
+    assert_eq!(suggested(&r), 0, "zone-a's replica is the master");
+    let r = conn.request(pull_from(None)).await;
+    assert_eq!(suggested(&r), 0, "no zone: the group's broker id");
+    let r = conn.request(pull_from(Some("zone-c"))).await;
+    assert_eq!(suggested(&r), 0, "no replica in zone-c");
+
+    let mut to_slave = RawConn::connect(&slave.broker.to_string()).await;
+    let r = to_slave.request(pull_from(Some("zone-b"))).await;
+    assert_eq!(
+        (r.code, suggested(&r)),
+        (resp::SUCCESS, 1),
+        "kept on the slave"
+    );
+    let r = to_slave.request(pull_from(Some("zone-a"))).await;
+    assert_eq!(suggested(&r), 0, "back to the master");
+
+    // The name server: the group's zone is the master's; zone mode filters on it.
+    let mut namesrv = RawConn::connect(&master.namesrv.to_string()).await;
+    let route = |zone_mode: Option<&str>| {
+        let req = RemotingCommand::request(rc::GET_ROUTEINFO_BY_TOPIC, Default::default())
+            .with_ext("topic", TOPIC);
+        match zone_mode {
+            Some(z) => req.with_ext(ZONE_MODE, "true").with_ext(ZONE_NAME, z),
+            None => req,
+        }
+    };
+    let groups = |r: RemotingCommand| {
+        assert_eq!(r.code, resp::SUCCESS, "{:?}", r.remark);
+        let route: TopicRouteData = conveyor_protocol::json::from_slice(&r.body).unwrap();
+        route
+            .broker_datas
+            .into_iter()
+            .map(|b| b.zone_name)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        groups(namesrv.request(route(None)).await),
+        vec![Some("zone-a".to_string())]
+    );
+    assert_eq!(
+        groups(namesrv.request(route(Some("zone-a"))).await).len(),
+        1
+    );
+    assert!(groups(namesrv.request(route(Some("zone-b"))).await).is_empty());
+}

@@ -117,6 +117,16 @@ section! {
         /// which a consumer reads from a slave when `slave-read-enable` is on
         /// (`accessMessageInMemoryMaxRatio`, a store setting in RocketMQ). Default `40`.
         pub access_message_in_memory_max_ratio: u64,
+        /// `zone`: the zone (rack, availability zone) the broker runs in, as RocketMQ's
+        /// `ROCKETMQ_ZONE`: registered with the name servers (the group's `zoneName` in routes,
+        /// which clients in zone mode filter on) and told to the master, which sends a
+        /// consumer that names its zone to a replica there when `slave-read-enable` is on.
+        /// Flag `--zone`. Default: none.
+        pub zone: String,
+        /// `zone-file`: a file holding the zone, re-read every 2 s while the broker runs; when
+        /// it names one it wins over `zone` (the operator writes a pod's zone there once the
+        /// pod is scheduled). Flag `--zone-file`. Default: none.
+        pub zone_file: PathBuf,
         /// `register-interval-ms`: period of registration with the name servers
         /// (`registerNameServerPeriod`, clamped to 10–60 s). Default `30000`.
         pub register_interval_ms: u64,

@@ -8,8 +8,9 @@ use k8s_openapi::api::apps::v1::{
     StatefulSetUpdateStrategy,
 };
 use k8s_openapi::api::core::v1::{
-    ConfigMap, ConfigMapVolumeSource, Container, PersistentVolumeClaim, PersistentVolumeClaimSpec,
-    PodSpec, PodTemplateSpec, Service, ServicePort, ServiceSpec, Volume, VolumeMount,
+    ConfigMap, ConfigMapVolumeSource, Container, DownwardAPIVolumeFile, DownwardAPIVolumeSource,
+    ObjectFieldSelector, PersistentVolumeClaim, PersistentVolumeClaimSpec, PodSpec,
+    PodTemplateSpec, Service, ServicePort, ServiceSpec, Volume, VolumeMount,
     VolumeResourceRequirements,
 };
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
@@ -24,7 +25,7 @@ use super::common::OperatorEnv;
 use super::common::{
     common_pod_spec, container_ports, container_security, field_env, hash, http_probe, labels,
     names, namespace, owner_reference, selector_labels, Component, BROKER_PORT, CONFIG_DIR,
-    CONFIG_HASH_ANNOTATION, CONVEYOR_BIN, DATA_DIR,
+    CONFIG_HASH_ANNOTATION, CONVEYOR_BIN, DATA_DIR, POD_INFO_DIR, ZONE_ANNOTATION,
 };
 use super::config::{render_broker_toml, ConfigError};
 
@@ -103,6 +104,9 @@ pub fn broker_statefulset(
         format!("{CONFIG_DIR}/$(POD_NAME).toml"),
         "--advertised-addr".into(),
         format!("$(POD_IP):{BROKER_PORT}"),
+        // The node's zone, once the operator has copied it onto the pod (see ZONE_ANNOTATION).
+        "--zone-file".into(),
+        format!("{POD_INFO_DIR}/zone"),
     ];
     let mut hashed: Vec<&str> = vec!["broker", "args"];
     let joined = args.join(" ");
@@ -138,6 +142,12 @@ pub fn broker_statefulset(
             VolumeMount {
                 name: "config".into(),
                 mount_path: CONFIG_DIR.into(),
+                read_only: Some(true),
+                ..Default::default()
+            },
+            VolumeMount {
+                name: "pod-info".into(),
+                mount_path: POD_INFO_DIR.into(),
                 read_only: Some(true),
                 ..Default::default()
             },
@@ -197,14 +207,33 @@ pub fn broker_statefulset(
                 }),
                 spec: Some(PodSpec {
                     containers: vec![container],
-                    volumes: Some(vec![Volume {
-                        name: "config".into(),
-                        config_map: Some(ConfigMapVolumeSource {
-                            name: names::broker_config(&cluster, group),
+                    volumes: Some(vec![
+                        Volume {
+                            name: "config".into(),
+                            config_map: Some(ConfigMapVolumeSource {
+                                name: names::broker_config(&cluster, group),
+                                ..Default::default()
+                            }),
                             ..Default::default()
-                        }),
-                        ..Default::default()
-                    }]),
+                        },
+                        Volume {
+                            name: "pod-info".into(),
+                            downward_api: Some(DownwardAPIVolumeSource {
+                                items: Some(vec![DownwardAPIVolumeFile {
+                                    path: "zone".into(),
+                                    field_ref: Some(ObjectFieldSelector {
+                                        field_path: format!(
+                                            "metadata.annotations['{ZONE_ANNOTATION}']"
+                                        ),
+                                        ..Default::default()
+                                    }),
+                                    ..Default::default()
+                                }]),
+                                ..Default::default()
+                            }),
+                            ..Default::default()
+                        },
+                    ]),
                     termination_grace_period_seconds: Some(60),
                     ..common_pod_spec(spec, &selector_labels(mqc, Component::Broker, Some(group)))
                 }),

@@ -29,6 +29,14 @@ pub const GROUP_LABEL: &str = "conveyor.dev/broker-group";
 pub const DATA_DIR: &str = "/var/lib/conveyor";
 /// Where the broker's ConfigMap is mounted.
 pub const CONFIG_DIR: &str = "/etc/conveyor";
+/// Where a broker pod's downward-API files are mounted (its zone).
+pub const POD_INFO_DIR: &str = "/var/run/conveyor";
+/// Broker-pod annotation holding the zone of the node the pod runs on: the operator copies it
+/// from the node's label once the pod is scheduled, and the broker reads it through the
+/// downward API (a pod cannot read its node's labels itself).
+pub const ZONE_ANNOTATION: &str = "conveyor.dev/zone";
+/// The node label a pod's zone is read from when the cluster sets no rack topology key.
+pub const DEFAULT_ZONE_LABEL: &str = "topology.kubernetes.io/zone";
 /// Path of the `conveyor` binary in the image.
 pub const CONVEYOR_BIN: &str = "/usr/local/bin/conveyor";
 /// User id the containers run as (matches the image's user).

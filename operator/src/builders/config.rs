@@ -115,7 +115,7 @@ fn toml_value(key: &str, value: &str) -> Result<toml::Value, ConfigError> {
 
 /// Keys the operator sets on the command line rather than in the file (the pod IP is only known
 /// at run time), so they cannot be overridden either.
-const FLAG_MANAGED: [&str; 1] = ["broker.advertised-addr"];
+const FLAG_MANAGED: [&str; 2] = ["broker.advertised-addr", "broker.zone-file"];
 
 /// Checks the user's `section.<key>` overrides against the section's model `T` (one key at a
 /// time, so the error names the key) and returns them as `T`. `managed` is what the operator

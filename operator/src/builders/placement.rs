@@ -19,6 +19,17 @@ use crate::crd::Placement;
 /// The node label every Kubernetes node carries with its name.
 pub const HOSTNAME_KEY: &str = "kubernetes.io/hostname";
 
+/// The node label a broker's zone is read from (recorded in the broker, for same-zone reads):
+/// the rack's topology key, else the well-known zone label.
+pub fn zone_label(placement: &Placement) -> &str {
+    placement
+        .rack
+        .as_ref()
+        .map_or(super::common::DEFAULT_ZONE_LABEL, |r| {
+            r.topology_key.as_str()
+        })
+}
+
 /// `placement.affinity` plus the terms that keep the pods selected by `peers` apart.
 pub fn spread_affinity(placement: &Placement, peers: &BTreeMap<String, String>) -> Affinity {
     let mut affinity = placement.affinity.clone().unwrap_or_default();

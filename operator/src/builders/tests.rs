@@ -252,6 +252,21 @@ fn broker_statefulset_has_storage_probes_and_security() {
         "{args:?}"
     );
     assert!(args.contains(&"$(POD_IP):10911".to_string()), "{args:?}");
+    // The zone: a downward-API file of the annotation the operator sets once scheduled.
+    let at = args.iter().position(|a| a == "--zone-file").unwrap();
+    assert_eq!(args[at + 1], "/var/run/conveyor/zone");
+    let mounts = c.volume_mounts.as_ref().unwrap();
+    assert!(mounts
+        .iter()
+        .any(|m| m.name == "pod-info" && m.mount_path == "/var/run/conveyor"));
+    let volumes = pod.volumes.clone().unwrap();
+    let info = volumes.iter().find(|v| v.name == "pod-info").unwrap();
+    let item = &info.downward_api.as_ref().unwrap().items.as_ref().unwrap()[0];
+    assert_eq!(item.path, "zone");
+    assert_eq!(
+        item.field_ref.as_ref().unwrap().field_path,
+        "metadata.annotations['conveyor.dev/zone']"
+    );
     let sc = c.security_context.as_ref().unwrap();
     assert_eq!(sc.run_as_non_root, Some(true));
     assert_eq!(sc.read_only_root_filesystem, Some(true));
@@ -555,6 +570,8 @@ fn config_overrides_must_be_broker_settings() {
     assert_eq!(err, ConfigError::Managed("broker.broker-id".into()));
     let err = with("broker.advertised-addr", "\"10.0.0.1:10911\"").unwrap_err();
     assert_eq!(err, ConfigError::Managed("broker.advertised-addr".into()));
+    let err = with("broker.zone-file", "\"/tmp/z\"").unwrap_err();
+    assert_eq!(err, ConfigError::Managed("broker.zone-file".into()));
     let err = with("http.listen", "\"0.0.0.0:1\"").unwrap_err();
     assert_eq!(err, ConfigError::BadKey("http.listen".into()));
     assert!(with("store.disk-full-ratio", "0.95").is_ok());

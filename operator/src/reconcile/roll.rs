@@ -38,6 +38,11 @@ pub struct PodState {
     pub terminating: bool,
     /// Its IP, once it has one (brokers are asked at `<ip>:10911`).
     pub ip: Option<String>,
+    /// The node it was scheduled to.
+    pub node: Option<String>,
+    /// Its zone annotation (`conveyor.dev/zone`), once the operator set it (`""`: the node
+    /// names no zone).
+    pub zone: Option<String>,
 }
 
 impl PodState {
@@ -57,6 +62,11 @@ impl PodState {
             ready,
             terminating: pod.metadata.deletion_timestamp.is_some(),
             ip: pod.status.as_ref().and_then(|s| s.pod_ip.clone()),
+            node: pod.spec.as_ref().and_then(|s| s.node_name.clone()),
+            zone: pod
+                .annotations()
+                .get(crate::builders::ZONE_ANNOTATION)
+                .cloned(),
             name,
         })
     }
@@ -252,6 +262,8 @@ mod tests {
             ready: true,
             terminating: false,
             ip: None,
+            node: None,
+            zone: None,
         }
     }
 

@@ -30,6 +30,10 @@ struct Scenario {
     existing: Vec<StatefulSet>,
     /// Answer StatefulSet applies with a fully rolled-out status.
     statefulsets_ready: bool,
+    /// Pods the list call returns.
+    pods: Vec<Value>,
+    /// Nodes a get returns, by name (with their labels).
+    nodes: Vec<Value>,
 }
 
 /// Runs `reconcile` once against a mock API server playing `scenario`; returns the result and the
@@ -63,8 +67,16 @@ async fn run(
                 assert!(query.contains("force=true"), "{path}?{query}");
             }
             let answer = if method == Method::GET && path.ends_with("/pods") {
-                // No pod runs (there is no kubelet): a drain cannot reach any broker.
-                json!({"apiVersion": "v1", "kind": "PodList", "metadata": {}, "items": []})
+                // Unless the scenario says, no pod runs: a drain cannot reach any broker.
+                json!({"apiVersion": "v1", "kind": "PodList", "metadata": {}, "items": scenario.pods})
+            } else if method == Method::GET && path.starts_with("/api/v1/nodes/") {
+                let name = path.rsplit('/').next().unwrap();
+                scenario
+                    .nodes
+                    .iter()
+                    .find(|n| n["metadata"]["name"] == name)
+                    .cloned()
+                    .unwrap_or_else(|| json!({"kind": "Status", "code": 404}))
             } else if method == Method::GET && path.ends_with("/statefulsets") {
                 assert!(query.contains("labelSelector="), "{query}");
                 json!({"apiVersion": "apps/v1", "kind": "StatefulSetList", "metadata": {}, "items": scenario.existing})
@@ -168,6 +180,7 @@ async fn fresh_cluster_applies_everything_in_order_then_reports_progress() {
         "PATCH /namespaces/mq/services/orders-broker-1",
         "PATCH /apps/v1/namespaces/mq/statefulsets/orders-broker-1",
         "PATCH /policy/v1/namespaces/mq/poddisruptionbudgets/orders-broker-1",
+        "GET /namespaces/mq/pods",
         "PATCH /conveyor.dev/v1alpha1/namespaces/mq/messagequeueclusters/orders/status",
     ];
     assert_eq!(summary(&calls), expected);
@@ -325,6 +338,53 @@ async fn unparseable_config_override_stalls_without_touching_brokers() {
     assert!(cond(&status, ConditionType::Stalled)
         .message
         .contains("broker.delay-levels"));
+}
+
+/// Issue 11, zones: a scheduled broker pod without a zone gets its node's zone label as the
+/// `conveyor.dev/zone` annotation (server-side apply); one annotated already is left alone.
+#[tokio::test]
+async fn scheduled_broker_pods_get_their_nodes_zone() {
+    let pod = |name: &str, zone: Option<&str>| {
+        let mut p = json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": "mq",
+                         "labels": {"conveyor.dev/broker-group": "0"}},
+            "spec": {"nodeName": "node-a", "containers": []},
+        });
+        if let Some(z) = zone {
+            p["metadata"]["annotations"] = json!({"conveyor.dev/zone": z});
+        }
+        p
+    };
+    let scenario = Scenario {
+        pods: vec![
+            pod("orders-broker-0-0", None),
+            pod("orders-broker-0-1", Some("eu-1a")),
+        ],
+        nodes: vec![json!({
+            "apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": "node-a", "labels": {"topology.kubernetes.io/zone": "eu-1a"}},
+        })],
+        ..Scenario::default()
+    };
+    let (result, calls, _) = run(cluster(1, 2), scenario).await;
+    result.unwrap();
+    let s = summary(&calls);
+    assert_eq!(
+        s.iter().filter(|c| c.starts_with("GET /nodes/")).count(),
+        1,
+        "{s:?}"
+    );
+    let patches: Vec<&Call> = calls
+        .iter()
+        .filter(|c| c.method == Method::PATCH && c.path.contains("/pods/"))
+        .collect();
+    assert_eq!(patches.len(), 1, "{s:?}");
+    assert!(patches[0].path.ends_with("/pods/orders-broker-0-0"));
+    assert_eq!(
+        patches[0].body["metadata"]["annotations"]["conveyor.dev/zone"],
+        "eu-1a"
+    );
 }
 
 #[tokio::test]

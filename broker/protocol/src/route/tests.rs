@@ -258,3 +258,53 @@ fn go_heartbeat_with_tag_codes_as_strings() {
     let err = json::from_slice::<HeartbeatData>(bad.as_bytes()).unwrap_err();
     assert!(err.to_string().contains("\"x\""), "{err}");
 }
+
+#[test]
+fn a_zone_route_keeps_the_groups_of_that_zone_and_those_without_a_master() {
+    let group = |name: &str, zone: Option<&str>, master: bool| {
+        let mut b = sample_route().broker_datas[0].clone();
+        b.broker_name = name.into();
+        b.zone_name = zone.map(String::from);
+        if !master {
+            b.broker_addrs.remove(&MASTER_ID);
+        }
+        b
+    };
+    let queues = |name: &str| QueueData {
+        broker_name: name.into(),
+        ..sample_route().queue_datas[0].clone()
+    };
+    let route = TopicRouteData {
+        broker_datas: vec![
+            group("a", Some("Zone-1"), true),
+            group("b", Some("zone-2"), true),
+            group("c", Some("zone-2"), false),
+            group("d", None, true),
+        ],
+        queue_datas: ["a", "b", "c", "d"].into_iter().map(queues).collect(),
+        ..Default::default()
+    };
+    let names = |r: &TopicRouteData| {
+        let groups: Vec<_> = r
+            .broker_datas
+            .iter()
+            .map(|b| b.broker_name.clone())
+            .collect();
+        let queues: Vec<_> = r
+            .queue_datas
+            .iter()
+            .map(|q| q.broker_name.clone())
+            .collect();
+        (groups, queues)
+    };
+    let in_1 = route.clone().in_zone("zone-1");
+    assert_eq!(
+        names(&in_1),
+        (vec!["a".into(), "c".into()], vec!["a".into(), "c".into()])
+    );
+    let in_2 = route.in_zone("zone-2");
+    assert_eq!(
+        names(&in_2),
+        (vec!["b".into(), "c".into()], vec!["b".into(), "c".into()])
+    );
+}

@@ -5,6 +5,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::auto_create::AutoCreateLimits;
+use super::zone::ZoneSource;
 use crate::ha::ReplicationConfig;
 
 /// Broker settings (RocketMQ's BrokerConfig, the parts Conveyor uses).
@@ -51,6 +52,8 @@ pub struct BrokerConfig {
     pub slave_read_enable: bool,
     /// Lag (percent of RAM) past which a consumer is sent to a slave.
     pub access_message_in_memory_max_ratio: u64,
+    /// Where this broker's zone comes from (`zone`, `zone-file`).
+    pub zone: ZoneSource,
     /// The role and the `[replication]` settings.
     pub replication: ReplicationConfig,
 }
@@ -78,6 +81,7 @@ impl Default for BrokerConfig {
             transaction_check_max: 15,
             slave_read_enable: false,
             access_message_in_memory_max_ratio: 40,
+            zone: ZoneSource::default(),
             replication: ReplicationConfig::default(),
         }
     }

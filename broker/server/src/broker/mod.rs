@@ -53,6 +53,7 @@ pub mod stats;
 pub mod timer;
 pub mod topics;
 pub mod transaction;
+pub mod zone;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -89,6 +90,9 @@ use transaction::TransactionalMessageService;
 
 pub use auto_create::AutoCreateLimits;
 pub use config::BrokerConfig;
+
+/// How often a `zone-file` is re-read.
+const ZONE_POLL: Duration = Duration::from_secs(2);
 
 /// A running broker: the services, wired together.
 pub struct Broker {
@@ -140,6 +144,8 @@ pub struct Broker {
     register_interval: Duration,
     /// `offset_persist_interval_ms`.
     offset_persist_interval: Duration,
+    /// Where this broker's zone comes from (re-read while it runs when it is a file).
+    zone: zone::ZoneSource,
     /// Cancelled when the process begins to stop: held pulls answer at once.
     stopping: CancellationToken,
 }
@@ -194,6 +200,8 @@ impl Broker {
             config.broker_id,
             store.clone(),
         )?);
+        replication.zones().set_own(config.zone.read());
+        let zone = config.zone.clone();
         let durability = Arc::new(Durability::new(store.clone(), replication.clone()));
         let delay_levels = parking::parse_delay_levels(&config.delay_levels);
         if delay_levels.is_empty() {
@@ -395,6 +403,7 @@ impl Broker {
             store_host,
             register_interval,
             offset_persist_interval,
+            zone,
             stopping,
         }))
     }
@@ -448,10 +457,19 @@ impl Broker {
         let mut expiry_tick = tokio::time::interval(Duration::from_secs(10));
         // Auto-created topics and groups are saved here, off the request path.
         let mut tables_tick = tokio::time::interval(Duration::from_millis(200));
+        let mut zone_tick = tokio::time::interval(ZONE_POLL);
         let mut role = self.replication.role_changes();
         loop {
             tokio::select! {
                 _ = register_tick.tick() => self.registrar.register_all().await,
+                // A zone that arrives or changes is registered at once (the replication
+                // stream tells the master by itself).
+                _ = zone_tick.tick(), if self.zone.is_live() => {
+                    if self.replication.zones().set_own(self.zone.read()) {
+                        tracing::info!(zone = ?self.replication.zones().own(), "zone changed");
+                        self.registrar.register_soon();
+                    }
+                }
                 // A new role is registered at once: clients find a promoted master by id 0.
                 Ok(()) = role.changed() => self.registrar.register_all().await,
                 _ = persist_tick.tick() => self.persist_offsets(),

@@ -11,7 +11,7 @@ use bytes::BytesMut;
 use conveyor_protocol::code::response_code as resp;
 use conveyor_protocol::command::RemotingCommand;
 use conveyor_protocol::header::PullMessageHeader;
-use conveyor_protocol::route::{perm, EXPRESSION_TYPE_SQL92};
+use conveyor_protocol::route::{perm, EXPRESSION_TYPE_SQL92, MASTER_ID, ZONE_NAME};
 use conveyor_store::{GetResult, GetStatus, MessageStore, StoreError};
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
@@ -74,17 +74,34 @@ impl SlaveReads {
 
     /// `suggestWhichBrokerId` for a consumer of `group` whose pull ended `behind()` bytes
     /// before the CommitLog's end: the master (0) unless slave reads are on; then the group's
-    /// `whichBrokerWhenConsumeSlowly` when it reads from disk, else its `brokerId`. `behind`
-    /// runs only when slave reads are on: with them off (the default) a pull pays nothing.
-    pub fn suggest(&self, group: &SubscriptionGroupConfig, behind: impl FnOnce() -> u64) -> i64 {
+    /// `whichBrokerWhenConsumeSlowly` when it reads from disk, else its `brokerId` when the
+    /// group names a replica, else the replica in the consumer's zone (`in_zone()`: for a
+    /// consumer that says its zone, see [`consumer_zone`]), else the master. `behind` and
+    /// `in_zone` run only when slave reads are on: with them off (the default) a pull pays
+    /// nothing.
+    pub fn suggest(
+        &self,
+        group: &SubscriptionGroupConfig,
+        behind: impl FnOnce() -> u64,
+        in_zone: impl FnOnce() -> Option<i64>,
+    ) -> i64 {
         if !self.enabled {
             0
         } else if behind() > self.in_memory_bytes {
             group.which_broker_when_consume_slowly
-        } else {
+        } else if group.broker_id != MASTER_ID {
             group.broker_id
+        } else {
+            in_zone().unwrap_or(MASTER_ID)
         }
     }
+}
+
+/// The zone a consumer says it runs in: RocketMQ 5's Java client adds `__ZONE_NAME` to every
+/// request when `ROCKETMQ_ZONE` (or `-Drocketmq.zone`) is set.
+pub fn consumer_zone(req: &RemotingCommand) -> Option<String> {
+    req.get_str_opt(ZONE_NAME)
+        .and_then(crate::ha::zones::normalize)
 }
 
 /// The PULL response code and next offset for a store result (the mapping table of §6.5).
@@ -402,7 +419,9 @@ impl PullMessageProcessor {
         let mut response = ok(req)
             .with_ext(
                 "suggestWhichBrokerId",
-                self.slave_reads.suggest(group, behind),
+                self.slave_reads.suggest(group, behind, || {
+                    self.replication.replica_in_zone(&consumer_zone(req)?)
+                }),
             )
             .with_ext("nextBeginOffset", next)
             .with_ext("minOffset", r.min_offset)
@@ -440,18 +459,37 @@ mod tests {
             enabled: false,
             in_memory_bytes: 1000,
         };
-        assert_eq!(off.suggest(&group, || 5000), 0);
+        assert_eq!(off.suggest(&group, || 5000, || Some(3)), 0);
         let on = SlaveReads {
             enabled: true,
             ..off
         };
-        assert_eq!(on.suggest(&group, || 1000), 0);
-        assert_eq!(on.suggest(&group, || 1001), 2);
+        assert_eq!(on.suggest(&group, || 1000, || None), 0);
+        assert_eq!(on.suggest(&group, || 1001, || Some(3)), 2);
         let pinned = SubscriptionGroupConfig {
             broker_id: 1,
             ..group
         };
-        assert_eq!(on.suggest(&pinned, || 10), 1);
+        assert_eq!(on.suggest(&pinned, || 10, || Some(3)), 1);
+    }
+
+    #[test]
+    fn a_consumer_that_names_its_zone_is_sent_to_the_replica_there_unless_it_reads_from_disk() {
+        let group = SubscriptionGroupConfig {
+            which_broker_when_consume_slowly: 1,
+            ..SubscriptionGroupConfig::default()
+        };
+        let on = SlaveReads {
+            enabled: true,
+            in_memory_bytes: 1000,
+        };
+        assert_eq!(on.suggest(&group, || 10, || Some(2)), 2);
+        assert_eq!(on.suggest(&group, || 10, || None), 0, "no replica there");
+        assert_eq!(on.suggest(&group, || 5000, || Some(2)), 1, "slow first");
+        let req = RemotingCommand::request(11, Default::default()).with_ext(ZONE_NAME, " eu-1b ");
+        assert_eq!(consumer_zone(&req), Some("eu-1b".into()));
+        let req = RemotingCommand::request(11, Default::default());
+        assert_eq!(consumer_zone(&req), None);
     }
 
     fn result(status: GetStatus, next: i64) -> GetResult {

@@ -10,7 +10,7 @@ use std::time::Duration;
 use conveyor_protocol::code::{request_code as rc, response_code as resp};
 use conveyor_protocol::command::RemotingCommand;
 use conveyor_protocol::json;
-use conveyor_protocol::route::{RegisterBrokerBody, TopicConfigSerializeWrapper};
+use conveyor_protocol::route::{RegisterBrokerBody, TopicConfigSerializeWrapper, ZONE_NAME};
 
 use super::config::BrokerConfig;
 use super::permission::BrokerPermission;
@@ -94,8 +94,12 @@ impl NameServerRegistrar {
             }
         };
         let crc = conveyor_protocol::message::body_crc(&body);
+        let mut request = RemotingCommand::request(rc::REGISTER_BROKER, Default::default());
+        if let Some(zone) = self.replication.zones().own() {
+            request = request.with_ext(ZONE_NAME, zone);
+        }
         Some(
-            RemotingCommand::request(rc::REGISTER_BROKER, Default::default())
+            request
                 .with_ext("brokerName", &self.broker_name)
                 .with_ext("brokerAddr", &self.advertised_addr)
                 .with_ext("clusterName", &self.cluster_name)

@@ -197,9 +197,7 @@ impl ReplicaAcks {
         if required.is_none() || state.confirmed >= end {
             return Ok(None);
         }
-        let available = |s: &SlaveProgress| {
-            s.connection.is_some() && master_end.saturating_sub(s.acked) <= self.max_gap
-        };
+        let available = |s: &SlaveProgress| self.is_available(s, master_end);
         // Controller mode: a member that is not connected is waited for, not refused at once.
         // The master drops it from the in-sync set on its next heartbeat (its stream closed),
         // and the change releases this wait; refusing would fail every send in between (a
@@ -217,6 +215,20 @@ impl ReplicaAcks {
         let (tx, rx) = oneshot::channel();
         state.waiters.entry(end).or_default().push(tx);
         Ok(Some(rx))
+    }
+
+    /// A slave is available to a master whose log ends at `master_end` while it is connected
+    /// and at most `max_gap` bytes behind.
+    fn is_available(&self, s: &SlaveProgress, master_end: u64) -> bool {
+        s.connection.is_some() && master_end.saturating_sub(s.acked) <= self.max_gap
+    }
+
+    /// True while slave `broker_id` is available (see [`ReplicaAcks::wait_for`]).
+    pub fn available(&self, broker_id: i64, master_end: u64) -> bool {
+        self.lock()
+            .slaves
+            .get(&broker_id)
+            .is_some_and(|s| self.is_available(s, master_end))
     }
 
     /// The slaves known (connected or last seen), by broker id.

@@ -71,6 +71,12 @@ pub enum Frame {
     Ack {
         /// The acknowledged end.
         offset: u64,
+        /// The slave's zone, sent when it differs from what the slave last told on this
+        /// connection (`Some("")`: it has none any more). A trailing field, added after
+        /// version 1: a master that does not know it ignores it, and an ack without it
+        /// decodes as `None`, so slaves and masters of both kinds work together during a
+        /// rolling upgrade.
+        zone: Option<String>,
     },
     /// Either side: why the connection is refused; then it is closed.
     Refuse {
@@ -169,9 +175,12 @@ impl Frame {
                 b.put_slice(data);
                 return b;
             }
-            Frame::Ack { offset } => {
+            Frame::Ack { offset, zone } => {
                 b.put_u8(ACK);
                 b.put_u64(*offset);
+                if let Some(zone) = zone {
+                    put_text(&mut b, zone);
+                }
             }
             Frame::Refuse { reason } => {
                 b.put_u8(REFUSE);
@@ -213,6 +222,11 @@ impl Frame {
             },
             ACK => Frame::Ack {
                 offset: get_u64(&mut body)?,
+                zone: if body.has_remaining() {
+                    Some(get_text(&mut body)?)
+                } else {
+                    None
+                },
             },
             REFUSE => Frame::Refuse {
                 reason: get_text(&mut body)?,
@@ -371,7 +385,18 @@ mod tests {
             confirm: 9,
             data: Bytes::new(),
         });
-        round_trip(Frame::Ack { offset: 99 });
+        round_trip(Frame::Ack {
+            offset: 99,
+            zone: None,
+        });
+        round_trip(Frame::Ack {
+            offset: 99,
+            zone: Some("eu-1a".into()),
+        });
+        round_trip(Frame::Ack {
+            offset: 99,
+            zone: Some(String::new()),
+        });
         round_trip(Frame::Refuse {
             reason: "not my group".into(),
         });

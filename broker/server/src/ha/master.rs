@@ -216,7 +216,11 @@ async fn receive_acks(
     let silent = repl.config.housekeeping_interval();
     loop {
         match read_frame(rd, silent).await? {
-            Frame::Ack { offset } => {
+            Frame::Ack { offset, zone } => {
+                if let Some(zone) = zone {
+                    repl.zones
+                        .set_slave(broker_id, super::zones::normalize(&zone));
+                }
                 if offset > repl.store.commit_log_max_offset() {
                     return Err(HaError::Protocol(format!(
                         "the slave acknowledged {offset}, past this master's end"

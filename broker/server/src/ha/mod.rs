@@ -21,6 +21,7 @@ mod master;
 mod replication;
 mod slave;
 mod wire;
+pub mod zones;
 
 use std::sync::Arc;
 
@@ -31,6 +32,7 @@ pub use acks::{ReplicaAcks, Requirement, Shortfall, SlaveProgress};
 pub use config::ReplicationConfig;
 pub use error::HaError;
 pub use replication::{Replication, RoleState};
+pub use zones::Zones;
 
 impl Replication {
     /// Runs until `shutdown`: serves slaves on `listener` while master, follows the master

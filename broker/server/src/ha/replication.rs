@@ -3,7 +3,7 @@
 //! as a slave. The stream, the controller client and the acks table use it; it uses none of
 //! them but the acks table.
 
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use conveyor_settings::BrokerRole;
@@ -12,6 +12,7 @@ use tokio::sync::watch;
 
 use super::acks::{ReplicaAcks, Requirement, Shortfall, SlaveProgress};
 use super::config::ReplicationConfig;
+use super::zones::Zones;
 
 /// What this broker is right now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -51,6 +52,10 @@ pub struct Replication {
     pub(super) master_broker: std::sync::Mutex<Option<String>>,
     /// Numbers replication connections, so a slave's old connection is told from its new.
     pub(super) next_connection: AtomicU64,
+    /// This broker's zone and, as a master, its slaves' zones.
+    pub(super) zones: Zones,
+    /// As a slave: its stream from the master is up (past the handshake).
+    pub(super) following: AtomicBool,
     /// Called after the log was cut back (see [`Replication::on_truncate`]).
     truncation_hooks: std::sync::Mutex<Vec<TruncationHook>>,
 }
@@ -91,6 +96,8 @@ impl Replication {
             master: watch::Sender::new(master),
             master_broker: std::sync::Mutex::new(None),
             next_connection: AtomicU64::new(1),
+            zones: Zones::new(None),
+            following: AtomicBool::new(false),
             truncation_hooks: std::sync::Mutex::new(Vec::new()),
             config,
         };
@@ -191,13 +198,49 @@ impl Replication {
     /// controller mode 0 for the master and the replica id + 1 for slaves (clients take id 0
     /// for the master, so no slave may use it).
     pub fn registration_id(&self) -> i64 {
-        if !self.config.controller_mode() {
-            return self.broker_id;
-        }
         match self.role_state() {
-            RoleState::Master { .. } => 0,
-            RoleState::Slave { .. } | RoleState::Fenced => self.broker_id + 1,
+            RoleState::Master { .. } if self.config.controller_mode() => 0,
+            _ => self.slave_registration_id(self.broker_id),
         }
+    }
+
+    /// The id a slave of replica id `replica_id` registers under (see
+    /// [`Replication::registration_id`]).
+    fn slave_registration_id(&self, replica_id: i64) -> i64 {
+        if self.config.controller_mode() {
+            replica_id + 1
+        } else {
+            replica_id
+        }
+    }
+
+    /// This broker's zone and its slaves'.
+    pub fn zones(&self) -> &Zones {
+        &self.zones
+    }
+
+    /// The registration id of the replica a consumer in `zone` should read from, as far as
+    /// this broker knows: itself when it runs there (a slave only while it follows its
+    /// master), else, on a master, the lowest available slave there (connected and close
+    /// behind). `None`: no replica of the group is known there.
+    pub fn replica_in_zone(&self, zone: &str) -> Option<i64> {
+        if self.zones.own().as_deref() == Some(zone) && (self.is_master() || self.is_following()) {
+            return Some(self.registration_id());
+        }
+        if !self.is_master() {
+            return None;
+        }
+        let end = self.store.commit_log_max_offset();
+        self.zones
+            .slaves_in(zone)
+            .into_iter()
+            .find(|id| self.acks.available(*id, end))
+            .map(|id| self.slave_registration_id(id))
+    }
+
+    /// As a slave: true while its replication stream from the master is up.
+    pub fn is_following(&self) -> bool {
+        self.following.load(Ordering::Acquire)
     }
 
     /// The master epoch this broker is in (0 before any).

@@ -5,6 +5,7 @@
 //! lost connection is retried with backoff; every read has a deadline, so a master that goes
 //! silent is noticed.
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -136,10 +137,28 @@ async fn session(repl: &Arc<Replication>, addr: &str) -> Result<(), HaError> {
     };
     write_frame(&mut wr, &Frame::Follow { from }, silent).await?;
     tracing::info!(master = %addr, from, master_end = max_offset, "following the master");
+    let _following = Following::start(repl);
     let (held, held_rx) = watch::channel(from);
     tokio::select! {
         r = receive(repl, &mut rd, from, held) => r,
         r = acknowledge(repl, &mut wr, held_rx) => r,
+    }
+}
+
+/// Marks the slave as following its master for as long as it lives (the session's future
+/// may be dropped at any await, so the mark is cleared on drop).
+struct Following<'a>(&'a Replication);
+
+impl<'a> Following<'a> {
+    fn start(repl: &'a Replication) -> Self {
+        repl.following.store(true, Ordering::Release);
+        Self(repl)
+    }
+}
+
+impl Drop for Following<'_> {
+    fn drop(&mut self) {
+        self.0.following.store(false, Ordering::Release);
     }
 }
 
@@ -237,26 +256,38 @@ async fn receive(
 }
 
 /// Acknowledges the end the slave holds whenever it grows (after fsync when so configured),
-/// and at least every heartbeat interval.
+/// and at least every heartbeat interval. The first ack after this broker's zone is known or
+/// changed carries it, so the master can send consumers of that zone here.
 async fn acknowledge(
     repl: &Replication,
     wr: &mut OwnedWriteHalf,
     mut held: watch::Receiver<u64>,
 ) -> Result<(), HaError> {
     let silent = repl.config.housekeeping_interval();
+    let mut zone = repl.zones.own_changes();
+    // The zone this connection's master was told (a new connection has told it none).
+    let mut told: Option<String> = None;
     let mut acked = None;
     loop {
         let end = *held.borrow_and_update();
-        if acked != Some(end) {
-            if repl.config.slave_ack == SlaveAck::Flush
+        let current = zone.borrow_and_update().clone();
+        let zone_news = (current != told).then(|| current.clone().unwrap_or_default());
+        if acked != Some(end) || zone_news.is_some() {
+            if acked != Some(end)
+                && repl.config.slave_ack == SlaveAck::Flush
                 && !repl.store.request_flush(end).wait().await
             {
                 return Err(HaError::Protocol(
                     "the slave's flush failed; it no longer acknowledges".into(),
                 ));
             }
-            write_frame(wr, &Frame::Ack { offset: end }, silent).await?;
+            let frame = Frame::Ack {
+                offset: end,
+                zone: zone_news,
+            };
+            write_frame(wr, &frame, silent).await?;
             acked = Some(end);
+            told = current;
         }
         tokio::select! {
             changed = held.changed() => {
@@ -264,8 +295,9 @@ async fn acknowledge(
                     return Ok(());
                 }
             }
+            Ok(()) = zone.changed() => {}
             _ = tokio::time::sleep(repl.config.heartbeat_interval()) => {
-                write_frame(wr, &Frame::Ack { offset: end }, silent).await?;
+                write_frame(wr, &Frame::Ack { offset: end, zone: None }, silent).await?;
             }
         }
     }

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use conveyor_protocol::code::{request_code as rc, response_code as resp};
 use conveyor_protocol::command::RemotingCommand;
 use conveyor_protocol::json;
-use conveyor_protocol::route::{KvTable, RegisterBrokerBody, TopicList};
+use conveyor_protocol::route::{KvTable, RegisterBrokerBody, TopicList, ZONE_MODE, ZONE_NAME};
 use tokio_util::sync::CancellationToken;
 
 use crate::remoting::{error_response, Connection, Processor};
@@ -106,6 +106,11 @@ impl NameServer {
                 broker_addr,
                 broker_id,
                 ha_server_addr,
+                zone: req
+                    .get_str_opt(ZONE_NAME)
+                    .map(str::trim)
+                    .filter(|z| !z.is_empty())
+                    .map(String::from),
                 timeout,
                 data_version: wrapper.data_version,
                 topics: wrapper.topic_config_table.into_values().collect(),
@@ -153,6 +158,13 @@ impl NameServer {
             rc::GET_ROUTEINFO_BY_TOPIC => {
                 let topic = req.get_str("topic").map_err(|e| bad(&e))?;
                 match self.routes().route(topic) {
+                    // A client asking for its zone's route only (RocketMQ's ZoneRouteRPCHook).
+                    Some(route) if req.get_bool_opt(ZONE_MODE).ok().flatten() == Some(true) => {
+                        match req.get_str_opt(ZONE_NAME).map(str::trim) {
+                            Some(zone) if !zone.is_empty() => with_json(&route.in_zone(zone)),
+                            _ => with_json(&route),
+                        }
+                    }
                     Some(route) => with_json(&route),
                     None => Err(error_response(
                         req,

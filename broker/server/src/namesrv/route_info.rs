@@ -24,6 +24,8 @@ pub struct Registration {
     pub broker_id: i64,
     /// Replication address slaves connect to (`haServerAddr`).
     pub ha_server_addr: String,
+    /// The zone the broker runs in (`__ZONE_NAME`), if it says.
+    pub zone: Option<String>,
     /// How long the registration stays valid without a renewal.
     pub timeout: Duration,
     /// Version of the broker's topic table; an unchanged version skips the merge.
@@ -102,6 +104,11 @@ impl RouteInfo {
                 ..Default::default()
             });
         data.cluster = reg.cluster.clone();
+        // A group's zone is where its master runs (where its writes land); until a master
+        // says, the first replica that does.
+        if reg.zone.is_some() && (reg.broker_id == MASTER_ID || data.zone_name.is_none()) {
+            data.zone_name = reg.zone.clone();
+        }
         // The same address under another id (a slave promoted to master) replaces the old id.
         data.broker_addrs
             .retain(|id, addr| *addr != reg.broker_addr || *id == reg.broker_id);
@@ -269,6 +276,7 @@ mod tests {
             broker_addr: addr.into(),
             broker_id: id,
             ha_server_addr: format!("{addr}-ha"),
+            zone: None,
             timeout: Duration::from_secs(120),
             data_version: DataVersion::default(),
             topics: topics
@@ -301,6 +309,33 @@ mod tests {
             r.cluster_info().cluster_addr_table["DefaultCluster"],
             vec!["a", "b"]
         );
+    }
+
+    #[test]
+    fn a_groups_zone_is_its_masters_once_the_master_says() {
+        let mut r = RouteInfo::default();
+        let now = Instant::now();
+        let zoned = |addr: &str, id, zone: &str| Registration {
+            zone: Some(zone.into()),
+            ..reg("a", addr, id, &[("T", 4)])
+        };
+        r.register(zoned("s:1", 1, "zone-2"), now);
+        let zone = |r: &RouteInfo| r.cluster_info().broker_addr_table["a"].zone_name.clone();
+        assert_eq!(
+            zone(&r).as_deref(),
+            Some("zone-2"),
+            "the first replica's until then"
+        );
+        r.register(zoned("m:1", 0, "zone-1"), now);
+        r.register(zoned("s:1", 1, "zone-2"), now);
+        assert_eq!(zone(&r).as_deref(), Some("zone-1"));
+        assert_eq!(
+            r.route("T").unwrap().broker_datas[0].zone_name.as_deref(),
+            Some("zone-1")
+        );
+        // A master that says nothing keeps what is known.
+        r.register(reg("a", "m:1", 0, &[]), now);
+        assert_eq!(zone(&r).as_deref(), Some("zone-1"));
     }
 
     #[test]

@@ -44,9 +44,11 @@ import org.apache.rocketmq.common.message.MessageQueue;
  * {@code drain NAMESRV TOPIC DIR}: reads every queue of the topic from offset 0 and writes each
  * key to {@code DIR/seen}, until nothing new arrived for 10 s.
  *
- * {@code drain-push NAMESRV TOPIC DIR}: the same with a push consumer of a new group from the
- * first offset, writing {@code DIR/seen-push}: it reads through whichever replica the route
- * offers, a slave when the group has no master (the lite pull consumer's seek needs a master).
+ * {@code drain-push NAMESRV TOPIC DIR [NAME]}: the same with a push consumer of a new group from
+ * the first offset, writing {@code DIR/NAME} (default {@code seen-push}): it reads through
+ * whichever replica the route and the brokers' suggestions offer, a slave when the group has no
+ * master (the lite pull consumer's seek needs a master) or, with {@code ROCKETMQ_ZONE} set, the
+ * replica in that zone.
  */
 public final class Ledger {
     private Ledger() {
@@ -62,7 +64,7 @@ public final class Ledger {
         } else if (mode.equals("produce-defaults")) {
             produce(namesrv, topic, dir, false);
         } else if (mode.equals("drain-push")) {
-            drainPush(namesrv, topic, dir);
+            drainPush(namesrv, topic, dir, args.length > 4 ? args[4] : "seen-push");
         } else {
             drain(namesrv, topic, dir);
         }
@@ -134,7 +136,7 @@ public final class Ledger {
                 + " failed, longest gap between SEND_OKs " + longestGap + " ms, slowest send " + slowest + " ms");
     }
 
-    private static void drainPush(String namesrv, String topic, Path dir) throws Exception {
+    private static void drainPush(String namesrv, String topic, Path dir, String name) throws Exception {
         Set<String> seen = ConcurrentHashMap.newKeySet();
         long[] last = {System.currentTimeMillis()};
         DefaultMQPushConsumer consumer = new DefaultMQPushConsumer("ledger-push-" + System.nanoTime());
@@ -162,7 +164,7 @@ public final class Ledger {
         } finally {
             consumer.shutdown();
         }
-        try (PrintWriter out = new PrintWriter(new FileWriter(dir.resolve("seen-push").toFile(), false))) {
+        try (PrintWriter out = new PrintWriter(new FileWriter(dir.resolve(name).toFile(), false))) {
             for (String k : seen) {
                 out.println(k);
             }
