@@ -183,6 +183,11 @@ pub enum AdminCommand {
         /// The replica to promote.
         #[arg(long)]
         broker_id: i64,
+        /// Elect at once, as RocketMQ's `electMaster` does, instead of a hand-over (the
+        /// master stops taking writes until the replica holds its whole log, so nothing it
+        /// acknowledged is lost, also under asynchronous replication).
+        #[arg(long)]
+        immediate: bool,
     },
 }
 
@@ -615,15 +620,35 @@ pub async fn admin(cmd: AdminCommand) -> anyhow::Result<()> {
             controller,
             group,
             broker_id,
+            immediate,
         } => {
+            use conveyor_protocol::code::request_code as rc;
+            use conveyor_protocol::command::RemotingCommand;
             let client = conveyor_remoting::RemotingClient::new(Default::default());
-            let req = conveyor_protocol::command::RemotingCommand::request(
-                conveyor_protocol::code::request_code::CONTROLLER_ELECT_MASTER,
-                Default::default(),
-            )
-            .with_ext("brokerName", &group)
-            .with_ext("brokerId", broker_id);
-            let info = ask_controller(&client, &controller, req).await?;
+            let req = RemotingCommand::request(rc::CONTROLLER_ELECT_MASTER, Default::default())
+                .with_ext("brokerName", &group)
+                .with_ext("brokerId", broker_id)
+                .with_ext(
+                    conveyor::controller::processor::HAND_OFF,
+                    if immediate { "false" } else { "true" },
+                );
+            let mut info = ask_controller(&client, &controller, req).await?;
+            // A hand-over completes on the master's next heartbeats.
+            let deadline = std::time::Instant::now() + Duration::from_secs(15);
+            while info.master != Some(broker_id) {
+                if std::time::Instant::now() >= deadline {
+                    anyhow::bail!(
+                        "the switchover of {group} to broker {broker_id} did not complete \
+                         (master: {:?}); see the master's log",
+                        info.master
+                    );
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                let req =
+                    RemotingCommand::request(rc::CONTROLLER_GET_REPLICA_INFO, Default::default())
+                        .with_ext("brokerName", &group);
+                info = ask_controller(&client, &controller, req).await?;
+            }
             println!(
                 "group {group}: broker {} is master in epoch {}",
                 info.master.map_or("none".into(), |m| m.to_string()),

@@ -112,7 +112,9 @@ pub async fn carry_out_roll(
         }
         RollStep::Switchover { from, to, to_id } => {
             tracing::info!(group, from, to, "rolling restart: switchover");
-            match controller.elect(group, Some(*to_id)) {
+            // A hand-over: the master stops taking writes until the target holds its whole
+            // log, then the target is elected (on the master's next heartbeat).
+            match controller.switchover(group, *to_id) {
                 Ok(_) => Ok(step),
                 Err(e) => {
                     tracing::warn!(group, to, error = %e, "switchover refused");

@@ -611,11 +611,18 @@ impl Broker {
     /// The dispatch table: which service answers which request code.
     async fn dispatch(&self, conn: &Connection, req: &RemotingCommand) -> Reply {
         self.permitted(req)?;
-        if relay::is_write(req.code) {
+        // Held while the write is handled here: a master handing its group over waits for
+        // it, and writes arriving meanwhile wait for the hand-over (then are relayed).
+        let _permit = if relay::is_write(req.code) {
+            let permit = self.replication.write_permit().await;
             if let relay::Route::Master(master) = self.relay.route(req).await? {
+                drop(permit);
                 return self.relay.relay(&master, req).await;
             }
-        }
+            Some(permit)
+        } else {
+            None
+        };
         match req.code {
             rc::SEND_MESSAGE | rc::SEND_MESSAGE_V2 | rc::SEND_BATCH_MESSAGE => {
                 let answer = self.send.handle(conn, req).await;

@@ -18,4 +18,4 @@ pub mod processor;
 pub mod service;
 pub mod state_store;
 
-pub use service::{Controller, ControllerConfig, ReplicaInfo};
+pub use service::{Controller, ControllerConfig, ReplicaInfo, Switchover};

@@ -12,12 +12,24 @@ use conveyor_protocol::command::RemotingCommand;
 use serde::{Deserialize, Serialize};
 
 use super::decide::{ControllerError, Member};
-use super::service::{Controller, ReplicaInfo, ServiceError};
+use super::service::{Controller, ReplicaInfo, ServiceError, Switchover};
 use crate::remoting::{error_response, not_supported, Connection, Processor};
 
 /// The Conveyor field every request of a broker with a `controller-scope` carries: which of a
 /// controller's clusters it belongs to (the operator's controller decides for many).
 pub const CONTROLLER_SCOPE: &str = "controllerScope";
+
+/// Conveyor's field of a heartbeat answer to a master asked to hand its group over: the
+/// replica taking over (see [`Controller::switchover`]).
+pub const HAND_OFF_TO: &str = "handOffTo";
+
+/// Conveyor's field of a master's heartbeat saying it takes no writes and the replica taking
+/// over holds its log up to this end: elect it.
+pub const HAND_OFF_READY: &str = "handOffReady";
+
+/// Conveyor's field of CONTROLLER_ELECT_MASTER asking for a switchover that loses nothing
+/// ([`Controller::switchover`]) instead of RocketMQ's immediate election.
+pub const HAND_OFF: &str = "handOff";
 
 /// A handler's outcome: the response, or an error response.
 pub type Reply = Result<RemotingCommand, RemotingCommand>;
@@ -49,7 +61,11 @@ pub fn replica_info_response(req: &RemotingCommand, info: &ReplicaInfo) -> Remot
         members: info.members.clone(),
     };
     let member = info.master_member.clone().unwrap_or_default();
-    ok(req)
+    let answer = match info.hand_off_to {
+        Some(target) => ok(req).with_ext(HAND_OFF_TO, target),
+        None => ok(req),
+    };
+    answer
         .with_ext("masterBrokerId", info.master.unwrap_or(-1))
         .with_ext("masterAddress", member.addr)
         .with_ext("masterHaAddress", member.ha_addr)
@@ -79,6 +95,7 @@ pub fn parse_replica_info(r: &RemotingCommand) -> Result<ReplicaInfo, String> {
         sync_state_set: body.sync_state_set,
         sync_state_set_epoch: body.sync_state_set_epoch,
         members: body.members,
+        hand_off_to: r.get_i64_opt(HAND_OFF_TO).ok().flatten(),
     })
 }
 
@@ -146,6 +163,10 @@ impl Controller {
                 number(req, "epoch")?.max(0) as u32,
                 number(req, "maxOffset")?.max(0) as u64,
                 Some(conn.id()),
+                req.get_i64_opt(HAND_OFF_READY)
+                    .ok()
+                    .flatten()
+                    .map(|end| end.max(0) as u64),
             ),
             rc::CONTROLLER_GET_REPLICA_INFO => self.replica_info(header(req, "brokerName")?),
             rc::CONTROLLER_ELECT_MASTER => {
@@ -154,7 +175,20 @@ impl Controller {
                     .ok()
                     .flatten()
                     .filter(|id| *id >= 0);
-                self.elect(header(req, "brokerName")?, designated)
+                let group = header(req, "brokerName")?;
+                match designated {
+                    // Conveyor's switchover: answered once started; the caller watches the
+                    // replica info for the new master.
+                    Some(target) if req.get_bool_opt(HAND_OFF).ok().flatten() == Some(true) => {
+                        self.switchover(group, target).and_then(|s| match s {
+                            Switchover::Elected(info) => Ok(info),
+                            Switchover::Started | Switchover::AlreadyMaster => {
+                                self.replica_info(group)
+                            }
+                        })
+                    }
+                    _ => self.elect(group, designated),
+                }
             }
             rc::CONTROLLER_ALTER_SYNC_STATE_SET => {
                 let body: SyncStateSetBody = conveyor_protocol::json::from_slice(&req.body)

@@ -52,6 +52,10 @@ pub struct ReplicaInfo {
     pub sync_state_set_epoch: u32,
     /// Every registered replica.
     pub members: std::collections::BTreeMap<i64, Member>,
+    /// Told to the master only, during a switchover: hand the group over to this replica
+    /// (stop taking writes, wait until it holds the whole log, then say so; see
+    /// [`Controller::switchover`]).
+    pub hand_off_to: Option<i64>,
 }
 
 impl ReplicaInfo {
@@ -63,8 +67,38 @@ impl ReplicaInfo {
             sync_state_set: g.sync_state_set.clone(),
             sync_state_set_epoch: g.sync_state_set_epoch,
             members: g.members.clone(),
+            hand_off_to: None,
         }
     }
+}
+
+/// A switchover under way (not persisted: a controller that restarts forgets it, and the
+/// master resumes writes after its own hold limit).
+#[derive(Debug, Clone, Copy)]
+struct Handoff {
+    /// The master handing over, in its epoch.
+    master: i64,
+    /// Its epoch.
+    master_epoch: u32,
+    /// The replica taking over.
+    target: i64,
+    /// When the switchover is given up if the master has not reported ready.
+    until: Instant,
+}
+
+/// How long a switchover may take before it is given up (the master has not said it holds
+/// writes with the target caught up): the operator or the user tries again.
+const HANDOFF_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// What [`Controller::switchover`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Switchover {
+    /// The live master was asked to hand over; the election follows its answer.
+    Started,
+    /// No live master to hand over: the target was elected at once.
+    Elected(ReplicaInfo),
+    /// The target is the master already.
+    AlreadyMaster,
 }
 
 /// A replica's last heartbeat.
@@ -118,6 +152,8 @@ pub struct Controller {
     lost: Notify,
     /// Counts saved changes, for whoever reports the decisions (the operator's status).
     changed: tokio::sync::watch::Sender<u64>,
+    /// Switchovers under way, by group.
+    handoffs: Mutex<HashMap<String, Handoff>>,
 }
 
 impl Controller {
@@ -135,6 +171,7 @@ impl Controller {
             started: Instant::now(),
             lost: Notify::new(),
             changed: tokio::sync::watch::Sender::new(0),
+            handoffs: Mutex::new(HashMap::new()),
         })
     }
 
@@ -212,7 +249,10 @@ impl Controller {
         Ok(info)
     }
 
-    /// A replica's heartbeat; answers with its group's replica info.
+    /// A replica's heartbeat; answers with its group's replica info. A master that was asked
+    /// to hand over (see [`Controller::switchover`]) is told so in the answer; once it says
+    /// `ready` (it takes no writes, and the target holds its whole log up to that end) the
+    /// target is elected, and the answer already names it.
     pub fn heartbeat(
         &self,
         group: &str,
@@ -220,6 +260,7 @@ impl Controller {
         epoch: u32,
         max_offset: u64,
         connection: Option<ConnectionId>,
+        ready: Option<u64>,
     ) -> Result<ReplicaInfo, ServiceError> {
         let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
         let g = state.groups.get(group).ok_or_else(|| {
@@ -228,7 +269,7 @@ impl Controller {
         if !g.members.contains_key(&broker_id) {
             return Err(ControllerError::Unknown(format!("broker {broker_id} of {group}")).into());
         }
-        let info = ReplicaInfo::of(g);
+        let mut info = ReplicaInfo::of(g);
         drop(state);
         self.beat(group, broker_id, epoch, max_offset, connection);
         // A replica calling into a group without a live master may be the one to elect:
@@ -239,7 +280,91 @@ impl Controller {
         {
             self.lost.notify_one();
         }
+        if let Some(h) = self.handoff(group, &info) {
+            if h.master == broker_id {
+                match ready {
+                    Some(end) => {
+                        self.handoffs
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .remove(group);
+                        tracing::info!(
+                            group,
+                            from = h.master,
+                            to = h.target,
+                            end,
+                            "switchover: the master holds writes and the target has its log"
+                        );
+                        return self.elect(group, Some(h.target));
+                    }
+                    None => info.hand_off_to = Some(h.target),
+                }
+            }
+        }
         Ok(info)
+    }
+
+    /// The switchover under way in `group`, if it still applies to the master `info` names
+    /// (an expired one, or one whose master lost the role meanwhile, is dropped).
+    fn handoff(&self, group: &str, info: &ReplicaInfo) -> Option<Handoff> {
+        let mut handoffs = self.handoffs.lock().unwrap_or_else(|e| e.into_inner());
+        let h = *handoffs.get(group)?;
+        let current = info.master == Some(h.master) && info.master_epoch == h.master_epoch;
+        if !current || Instant::now() >= h.until {
+            handoffs.remove(group);
+            if current {
+                tracing::warn!(
+                    group,
+                    to = h.target,
+                    "switchover given up: the master never reported ready"
+                );
+            }
+            return None;
+        }
+        Some(h)
+    }
+
+    /// A controlled switchover to `target` that loses nothing under either replication mode:
+    /// the live master is asked (on its next heartbeat) to stop taking writes, and once
+    /// `target` holds everything it wrote the target is elected; writes that waited meanwhile
+    /// go on through the new master (the former one relays them). Without a live master the
+    /// target is elected at once. `target` must be an alive member of the in-sync set.
+    pub fn switchover(&self, group: &str, target: i64) -> Result<Switchover, ServiceError> {
+        let now = Instant::now();
+        let info = self.replica_info(group)?;
+        if info.master == Some(target) {
+            return Ok(Switchover::AlreadyMaster);
+        }
+        if !info.sync_state_set.contains(&target) || !self.is_alive(group, target, now) {
+            return Err(ControllerError::MasterNotAvailable(format!(
+                "broker {target} is not an alive member of the in-sync set"
+            ))
+            .into());
+        }
+        match info.master.filter(|m| self.is_alive(group, *m, now)) {
+            Some(master) => {
+                tracing::info!(
+                    group,
+                    from = master,
+                    to = target,
+                    "switchover: asking the master to hand over"
+                );
+                self.handoffs
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .insert(
+                        group.to_string(),
+                        Handoff {
+                            master,
+                            master_epoch: info.master_epoch,
+                            target,
+                            until: now + HANDOFF_TIMEOUT,
+                        },
+                    );
+                Ok(Switchover::Started)
+            }
+            None => self.elect(group, Some(target)).map(Switchover::Elected),
+        }
     }
 
     /// Connection `connection` closed: every replica that heartbeated on it is dead now, and
@@ -447,8 +572,8 @@ mod tests {
         let c = Arc::new(Controller::open(config, Box::<MemoryStore>::default()).unwrap());
         c.register("c", "g", 0, member(0), 0, Some(100)).unwrap();
         c.register("c", "g", 1, member(1), 0, Some(101)).unwrap();
-        let info = c.heartbeat("g", 0, 1, 4096, Some(100)).unwrap();
-        c.heartbeat("g", 1, 1, 4096, Some(101)).unwrap();
+        let info = c.heartbeat("g", 0, 1, 4096, Some(100), None).unwrap();
+        c.heartbeat("g", 1, 1, 4096, Some(101), None).unwrap();
         c.alter_sync_state_set(
             "g",
             0,
@@ -481,7 +606,7 @@ mod tests {
         }
         assert_eq!(c.replica_info("g").unwrap().master_epoch, 2);
         // The old master heartbeating again on a new connection is alive again.
-        c.heartbeat("g", 0, 1, 4096, Some(102)).unwrap();
+        c.heartbeat("g", 0, 1, 4096, Some(102), None).unwrap();
         assert!(c.is_alive("g", 0, Instant::now()));
         stop.cancel();
         detection.await.unwrap();
@@ -507,6 +632,38 @@ mod tests {
             let info = c.replica_info("g").unwrap();
             assert_eq!((info.master, info.master_epoch), (Some(0), 1));
         }
+    }
+
+    #[test]
+    fn a_switchover_elects_the_target_only_once_the_master_reports_ready() {
+        let c = group();
+        assert!(c.switchover("g", 7).is_err(), "not a member");
+        assert_eq!(c.switchover("g", 0).unwrap(), Switchover::AlreadyMaster);
+        assert_eq!(c.switchover("g", 1).unwrap(), Switchover::Started);
+        // The target and the master hear of it; only the master is asked to hand over.
+        let slave = c.heartbeat("g", 1, 1, 4096, Some(101), None).unwrap();
+        assert_eq!((slave.master, slave.hand_off_to), (Some(0), None));
+        let master = c.heartbeat("g", 0, 1, 4096, Some(100), None).unwrap();
+        assert_eq!((master.master, master.hand_off_to), (Some(0), Some(1)));
+        // Ready: the answer names the target, in a new epoch; the handoff is over.
+        let done = c.heartbeat("g", 0, 1, 4200, Some(100), Some(4200)).unwrap();
+        assert_eq!((done.master, done.master_epoch), (Some(1), 2));
+        assert_eq!(done.hand_off_to, None);
+        let after = c.heartbeat("g", 0, 1, 4200, Some(100), None).unwrap();
+        assert_eq!((after.master, after.hand_off_to), (Some(1), None));
+    }
+
+    #[test]
+    fn a_switchover_without_a_live_master_elects_at_once_and_a_stale_ready_elects_nobody() {
+        let c = group();
+        c.connection_closed(100);
+        match c.switchover("g", 1).unwrap() {
+            Switchover::Elected(info) => assert_eq!(info.master, Some(1)),
+            other => panic!("{other:?}"),
+        }
+        // A former master's late "ready" (no handoff under way) changes nothing.
+        let info = c.heartbeat("g", 0, 1, 4096, Some(102), Some(4096)).unwrap();
+        assert_eq!((info.master, info.master_epoch), (Some(1), 2));
     }
 
     #[test]

@@ -18,7 +18,9 @@ use tokio_util::sync::CancellationToken;
 
 use super::acks::Requirement;
 use super::replication::{Replication, RoleState};
-use crate::controller::processor::{parse_replica_info, SyncStateSetBody, CONTROLLER_SCOPE};
+use crate::controller::processor::{
+    parse_replica_info, SyncStateSetBody, CONTROLLER_SCOPE, HAND_OFF_READY,
+};
 use crate::controller::ReplicaInfo;
 
 /// How long one controller request may take.
@@ -89,11 +91,83 @@ pub(super) async fn run(repl: Arc<Replication>, shutdown: CancellationToken) {
             continue;
         }
         if repl.is_master() {
-            keep_in_sync(&repl, &client, addr, &info, &mut keeper).await;
+            match info.hand_off_to {
+                Some(target) if target != repl.broker_id => {
+                    hand_off(&repl, &client, addr, target).await;
+                }
+                _ => keep_in_sync(&repl, &client, addr, &info, &mut keeper).await,
+            }
         } else {
             keeper = InSyncKeeper::default();
         }
     }
+}
+
+/// The longest a master handing over holds writes: waiting for the writes in flight, then
+/// for the target to acknowledge the log's end. Past it the switchover is given up here and
+/// writes go on (the controller gives it up too).
+const HAND_OFF_LIMIT: Duration = Duration::from_secs(3);
+
+/// A switchover (the controller's `handOffTo`): stop taking writes, wait until `target`
+/// acknowledged the whole log, say so in an immediate heartbeat, whose answer names the
+/// target master, and take that role before writes resume; the writes that waited are then
+/// relayed to the new master. Nothing this master acknowledged is missing from the target,
+/// under asynchronous replication too. If the target does not catch up within
+/// [`HAND_OFF_LIMIT`], writes resume and the master stays.
+async fn hand_off(repl: &Arc<Replication>, client: &RemotingClient, controller: &str, target: i64) {
+    let started = Instant::now();
+    let Ok(hold) = tokio::time::timeout(HAND_OFF_LIMIT, repl.writes.write()).await else {
+        tracing::warn!(
+            target,
+            "switchover: writes in flight did not finish; it is given up"
+        );
+        return;
+    };
+    let end = repl.store.commit_log_max_offset();
+    let caught_up = || {
+        repl.acks
+            .slaves()
+            .iter()
+            .any(|s| s.broker_id == target && s.connection.is_some() && s.acked >= end)
+    };
+    while !caught_up() {
+        if started.elapsed() >= HAND_OFF_LIMIT {
+            tracing::warn!(
+                target,
+                end,
+                "switchover: the target did not catch up; writes resume"
+            );
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    let request = heartbeat(repl).with_ext(HAND_OFF_READY, end);
+    let answer = match client
+        .invoke_timeout(controller, request, REQUEST_TIMEOUT)
+        .await
+    {
+        Ok(r) if r.code == resp::SUCCESS => parse_replica_info(&r),
+        Ok(r) => Err(format!("code {}: {:?}", r.code, r.remark)),
+        Err(e) => Err(e.to_string()),
+    };
+    match answer {
+        Ok(info) => {
+            if let Err(e) = apply(repl, &info).await {
+                tracing::error!(error = %e, "could not take the role the controller named");
+            }
+            tracing::info!(
+                target,
+                end,
+                held_ms = started.elapsed().as_millis() as u64,
+                master = ?info.master,
+                "switchover: handed over"
+            );
+        }
+        Err(e) => {
+            tracing::warn!(target, error = %e, "switchover: the controller did not answer; writes resume")
+        }
+    }
+    drop(hold);
 }
 
 /// A request to the controller, carrying this broker's `controllerScope` when it has one.

@@ -56,6 +56,10 @@ pub struct Replication {
     pub(super) zones: Zones,
     /// As a slave: its stream from the master is up (past the handshake).
     pub(super) following: AtomicBool,
+    /// Writes hold it shared while this broker handles them; a master handing its group
+    /// over holds it exclusively, so no write lands after the end the new master must have
+    /// (see [`Replication::write_permit`]).
+    pub(super) writes: tokio::sync::RwLock<()>,
     /// Called after the log was cut back (see [`Replication::on_truncate`]).
     truncation_hooks: std::sync::Mutex<Vec<TruncationHook>>,
 }
@@ -98,6 +102,7 @@ impl Replication {
             next_connection: AtomicU64::new(1),
             zones: Zones::new(None),
             following: AtomicBool::new(false),
+            writes: tokio::sync::RwLock::new(()),
             truncation_hooks: std::sync::Mutex::new(Vec::new()),
             config,
         };
@@ -236,6 +241,14 @@ impl Replication {
             .into_iter()
             .find(|id| self.acks.available(*id, end))
             .map(|id| self.slave_registration_id(id))
+    }
+
+    /// Taken by every write (send, send-back, end of transaction, offset commit) before it
+    /// is routed and for as long as it is handled here. It waits while this master hands its
+    /// group over: then the write goes on once the hand-over ended, through the new master
+    /// (relayed) if it happened.
+    pub async fn write_permit(&self) -> tokio::sync::RwLockReadGuard<'_, ()> {
+        self.writes.read().await
     }
 
     /// As a slave: true while its replication stream from the master is up.
