@@ -179,23 +179,28 @@ async fn drain_groups(
             .and_then(|d| d.groups.get(&g.name))
             .map_or(Some(0), |d| d.master)
             .and_then(|id| group_pods.iter().find(|p| i64::from(p.ordinal) == id));
-        let backlog = match master {
+        let (backlog, parked) = match master {
             Some(p) => {
                 let addr = brokers::address(p.ip.as_deref().unwrap_or_default());
-                match ctx.brokers.backlog(&addr).await {
+                let known = |what: &str, r: Result<_, brokers::BrokerCallError>| match r {
                     Ok(n) => Some(n),
                     Err(e) => {
-                        tracing::info!(pod = p.name, error = %e, "drain: backlog unknown");
+                        tracing::info!(pod = p.name, error = %e, "drain: {what} unknown");
                         None
                     }
-                }
+                };
+                (
+                    known("backlog", ctx.brokers.backlog(&addr).await),
+                    known("parked messages", ctx.brokers.parked(&addr).await),
+                )
             }
-            None => None,
+            None => (None, None),
         };
         let seen = drain::DrainObservation {
             pods: group_pods.len(),
             read_only,
             backlog,
+            parked,
         };
         let stopped_at = status::writes_stopped_at(mqc, &g.name)
             .or_else(|| (seen.pods > 0 && seen.read_only == seen.pods).then_some(now));

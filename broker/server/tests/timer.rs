@@ -222,3 +222,65 @@ async fn a_delay_level_wins_over_a_timer() {
     );
     assert_eq!(m.properties.get(keys::TIMER_DELAY_SEC), None);
 }
+
+/// The runtime info's counts of delayed, timer and half messages (Conveyor's keys).
+async fn parked(server: &TestServer) -> (u64, u64, u64) {
+    use conveyor_protocol::code::request_code;
+    use conveyor_protocol::command::RemotingCommand;
+    let mut conn = server.raw().await;
+    let r = conn
+        .request(RemotingCommand::request(
+            request_code::GET_BROKER_RUNTIME_INFO,
+            Default::default(),
+        ))
+        .await;
+    let table: conveyor_protocol::route::KvTable =
+        conveyor_protocol::json::from_slice(&r.body).unwrap();
+    let n = |k: &str| table.table[k].parse::<u64>().unwrap();
+    (
+        n("delayedMessagesPending"),
+        n("timerMessagesPending"),
+        n("halfMessagesPending"),
+    )
+}
+
+/// What a broker stores for later shows in its runtime info: a delay-level message, a timer
+/// and an undecided half message each count until delivered or decided. The operator holds a
+/// drained group's removal on them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn parked_messages_are_counted_in_the_runtime_info() {
+    let server = server().await;
+    let topic = "Parked";
+    let q = server.create_topic(topic, 1).await.remove(0);
+    let producer = server.producer("PG_parked");
+    assert_eq!(parked(&server).await, (0, 0, 0));
+    producer
+        .send_to_queue(
+            &Message::new(topic, "in two hours").with_property(keys::DELAY_TIME_LEVEL, "18"),
+            &q,
+        )
+        .await
+        .expect("delayed send");
+    producer
+        .send_to_queue(
+            &Message::new(topic, "in 2 s").with_property(keys::TIMER_DELAY_SEC, "2"),
+            &q,
+        )
+        .await
+        .expect("timer send");
+    producer
+        .send_half(&Message::new(topic, "undecided"))
+        .await
+        .expect("half send");
+    wait_until("each parked message counted", DEADLINE, || async {
+        parked(&server).await == (1, 1, 1)
+    })
+    .await;
+    // The timer falls due: it no longer counts.
+    wait_until(
+        "the delivered timer no longer counted",
+        DEADLINE,
+        || async { parked(&server).await == (1, 0, 1) },
+    )
+    .await;
+}

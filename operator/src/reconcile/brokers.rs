@@ -1,7 +1,8 @@
 //! What the operator asks brokers over RocketMQ's remoting protocol, the IO half of a drain
 //! (`drain` decides): make a pod read-only or writable again (UPDATE_BROKER_CONFIG
 //! `brokerPermission`), and how much its consumer groups have left to read (the committed
-//! offsets of GET_ALL_CONSUMER_OFFSET against each queue's GET_MAX_OFFSET). Brokers are
+//! offsets of GET_ALL_CONSUMER_OFFSET against each queue's GET_MAX_OFFSET), and what it still
+//! stores for later delivery (delayed, timer and half messages, GET_BROKER_RUNTIME_INFO). Brokers are
 //! reached at their pod IP on the remoting port.
 
 use std::time::Duration;
@@ -95,6 +96,45 @@ impl Brokers {
         let req = RemotingCommand::request(rc::UPDATE_BROKER_CONFIG, Default::default())
             .with_body(format!("brokerPermission={perm}\n").into_bytes());
         self.call(addr, req).await.map(|_| ())
+    }
+
+    /// Messages the broker stores for later delivery, by kind (`delayed`, `timer`,
+    /// `undecided transactional`), kinds with none left out: Conveyor's runtime-info keys.
+    pub async fn parked(
+        &self,
+        addr: &str,
+    ) -> Result<std::collections::BTreeMap<String, u64>, BrokerCallError> {
+        let malformed = |why: String| BrokerCallError::Malformed {
+            addr: addr.to_string(),
+            why,
+        };
+        let r = self
+            .call(
+                addr,
+                RemotingCommand::request(rc::GET_BROKER_RUNTIME_INFO, Default::default()),
+            )
+            .await?;
+        let body: serde_json::Value =
+            serde_json::from_slice(&r.body).map_err(|e| malformed(e.to_string()))?;
+        let mut parked = std::collections::BTreeMap::new();
+        for (key, kind) in [
+            ("delayedMessagesPending", "delayed"),
+            ("timerMessagesPending", "timer"),
+            ("halfMessagesPending", "undecided transactional"),
+        ] {
+            let n = body["table"][key]
+                .as_str()
+                .and_then(|v| v.parse::<u64>().ok())
+                .ok_or_else(|| {
+                    malformed(format!(
+                        "no {key} in its runtime info (an older broker version)"
+                    ))
+                })?;
+            if n > 0 {
+                parked.insert(kind.to_string(), n);
+            }
+        }
+        Ok(parked)
     }
 
     /// Messages the broker's consumer groups have committed offsets for but not consumed, by

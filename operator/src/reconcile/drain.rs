@@ -8,7 +8,10 @@
 //!    other groups.
 //! 2. Nothing is removed before clients had a route poll since writes stopped
 //!    ([`ROUTE_REFRESH`]): a send in flight to the group still lands and is consumed.
-//! 3. The group is removed once no consumer group has anything left on it: for every
+//! 3. Messages the group stores for later delivery (delay levels, timers, undecided
+//!    transactions) are delivered there, into its topics, when due: nothing is removed while
+//!    the master still holds any (a two-hour delay level holds the drain two hours).
+//! 4. The group is removed once no consumer group has anything left on it: for every
 //!    `topic@group` the master holds offsets for, each queue's committed offset has reached the
 //!    queue's end (retry topics included).
 //!
@@ -29,6 +32,9 @@ pub struct DrainObservation {
     /// Messages each consumer group has yet to consume on the group's master, groups with
     /// nothing left omitted (`None`: the master could not be asked).
     pub backlog: Option<BTreeMap<String, u64>>,
+    /// Messages the master stores for later delivery, by kind, kinds with none omitted
+    /// (`None`: the master could not be asked).
+    pub parked: Option<BTreeMap<String, u64>>,
 }
 
 /// The next step of a group's drain.
@@ -38,6 +44,8 @@ pub enum DrainStep {
     StoppingWrites(String),
     /// Writes stopped; clients have not all had a route poll since.
     WaitingForRoutes(Duration),
+    /// Messages stored for later delivery are not delivered yet (by kind).
+    WaitingForParked(BTreeMap<String, u64>),
     /// These consumer groups still have this much to read (a group that no longer consumes
     /// holds the drain until it is deleted: the message names it).
     WaitingForConsumers(BTreeMap<String, u64>),
@@ -54,6 +62,14 @@ impl std::fmt::Display for DrainStep {
                 "writes stopped; waiting {}s for clients' route poll",
                 left.as_secs()
             ),
+            DrainStep::WaitingForParked(kinds) => {
+                let left: Vec<String> = kinds.iter().map(|(k, n)| format!("{k} {n}")).collect();
+                write!(
+                    f,
+                    "writes stopped; messages stored for later delivery are not due yet: {}",
+                    left.join(", ")
+                )
+            }
             DrainStep::WaitingForConsumers(groups) => {
                 let left: Vec<String> = groups.iter().map(|(g, n)| format!("{g} {n}")).collect();
                 write!(
@@ -83,6 +99,15 @@ pub fn next_step(seen: &DrainObservation, read_only_for: Option<Duration>) -> Dr
     if since < ROUTE_REFRESH {
         return DrainStep::WaitingForRoutes(ROUTE_REFRESH - since);
     }
+    match &seen.parked {
+        Some(parked) if parked.is_empty() => {}
+        Some(parked) => return DrainStep::WaitingForParked(parked.clone()),
+        None => {
+            return DrainStep::StoppingWrites(
+                "the group's master did not say what it stores for later delivery".into(),
+            )
+        }
+    }
     match &seen.backlog {
         Some(left) if left.is_empty() => DrainStep::Remove,
         Some(left) => DrainStep::WaitingForConsumers(left.clone()),
@@ -98,6 +123,7 @@ mod tests {
         DrainObservation {
             pods,
             read_only,
+            parked: Some(BTreeMap::new()),
             backlog: backlog.map(|n| {
                 (n > 0)
                     .then(|| ("orders-consumer".to_string(), n))
@@ -136,5 +162,24 @@ mod tests {
             DrainStep::StoppingWrites(_)
         ));
         assert_eq!(next_step(&seen(2, 2, Some(0)), long), DrainStep::Remove);
+    }
+
+    #[test]
+    fn messages_stored_for_later_hold_the_drain_until_delivered() {
+        let long = Some(ROUTE_REFRESH);
+        let mut parked = seen(2, 2, Some(0));
+        parked.parked = Some([("delayed".to_string(), 3), ("timer".to_string(), 1)].into());
+        let step = next_step(&parked, long);
+        assert_eq!(
+            step.to_string(),
+            "writes stopped; messages stored for later delivery are not due yet: delayed 3, timer 1"
+        );
+        parked.parked = None;
+        assert!(matches!(
+            next_step(&parked, long),
+            DrainStep::StoppingWrites(_)
+        ));
+        parked.parked = Some(BTreeMap::new());
+        assert_eq!(next_step(&parked, long), DrainStep::Remove);
     }
 }

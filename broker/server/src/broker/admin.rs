@@ -121,6 +121,18 @@ struct GroupTable<'a> {
     data_version: conveyor_protocol::route::DataVersion,
 }
 
+/// Messages a broker stores for later: delay levels and timers not due yet, transactional
+/// half messages not decided yet.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Parked {
+    /// Delay-level messages not delivered yet.
+    pub delayed: u64,
+    /// Timer messages not delivered yet.
+    pub timers: u64,
+    /// Half messages not committed or rolled back yet.
+    pub half: u64,
+}
+
 /// What an AdminBrokerProcessor needs from the rest of the broker.
 pub struct AdminDeps {
     /// The broker's own permission (UPDATE_BROKER_CONFIG `brokerPermission`).
@@ -448,8 +460,9 @@ impl AdminBrokerProcessor {
         Ok(ok(req))
     }
 
-    /// GET_BROKER_RUNTIME_INFO: the `brokerStatus` table.
-    pub fn runtime_info(&self, req: &RemotingCommand) -> Reply {
+    /// GET_BROKER_RUNTIME_INFO: the `brokerStatus` table, with what the broker keeps for
+    /// later (`parked`).
+    pub fn runtime_info(&self, req: &RemotingCommand, parked: &Parked) -> Reply {
         let uptime = self.started.elapsed().as_secs_f64().max(1.0);
         let stats = self.stats.snapshot();
         let (put, get) = (stats.messages_in, stats.messages_out);
@@ -534,6 +547,11 @@ impl AdminBrokerProcessor {
             .to_string(),
         );
         put_kv("masterEpoch", repl.epoch().to_string());
+        // Conveyor's keys: messages stored for later delivery (a drained group is removed
+        // only once they are all delivered and consumed).
+        put_kv("delayedMessagesPending", parked.delayed.to_string());
+        put_kv("timerMessagesPending", parked.timers.to_string());
+        put_kv("halfMessagesPending", parked.half.to_string());
         put_kv("confirmOffset", self.store.confirm_offset().to_string());
         if repl.is_master() {
             // What each slave acknowledged holding: `id:offset,...` (RocketMQ's haStatus

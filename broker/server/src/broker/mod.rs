@@ -608,6 +608,15 @@ impl Broker {
         ))
     }
 
+    /// What this broker stores for later delivery.
+    fn parked(&self) -> admin::Parked {
+        admin::Parked {
+            delayed: self.schedule.pending(),
+            timers: self.timer.pending(),
+            half: self.transactions.pending(),
+        }
+    }
+
     /// The dispatch table: which service answers which request code.
     async fn dispatch(&self, conn: &Connection, req: &RemotingCommand) -> Reply {
         self.permitted(req)?;
@@ -653,7 +662,7 @@ impl Broker {
             rc::GET_TOPIC_CONFIG => self.admin.topic_config(req),
             rc::GET_BROKER_CONFIG => self.admin.broker_config(req),
             rc::UPDATE_BROKER_CONFIG => self.admin.update_broker_config(req),
-            rc::GET_BROKER_RUNTIME_INFO => self.admin.runtime_info(req),
+            rc::GET_BROKER_RUNTIME_INFO => self.admin.runtime_info(req, &self.parked()),
             rc::GET_TOPIC_STATS_INFO => self.admin.topic_stats(req),
             rc::GET_CONSUME_STATS => self.admin.consume_stats(req),
             rc::GET_CONSUMER_CONNECTION_LIST => self.admin.consumer_connections(req),

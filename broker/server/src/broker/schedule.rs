@@ -96,6 +96,17 @@ pub struct ScheduleMessageService {
 }
 
 impl ScheduleMessageService {
+    /// Delay-level messages stored and not delivered yet, over every level (what a drained
+    /// group still has to hand to its consumers).
+    pub fn pending(&self) -> u64 {
+        (1..=self.delay_levels.len() as i32)
+            .map(|level| {
+                let end = self.store.max_offset(SCHEDULE_TOPIC, level - 1);
+                (end - self.progress.get(level)).max(0) as u64
+            })
+            .sum()
+    }
+
     /// Loads `config/delayOffset.json` and brings it in line with the recovered store:
     /// progress saved past a log that a power loss cut short is pulled back.
     pub fn load(

@@ -178,6 +178,19 @@ pub struct TimerMessageService {
 }
 
 impl TimerMessageService {
+    /// Timer messages stored and not delivered yet: those read and waiting, plus those not
+    /// read yet (an upper bound after a restart, until the re-reading is done).
+    pub fn pending(&self) -> u64 {
+        let end = self.store.max_offset(TIMER_TOPIC, 0);
+        let s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let unread = if s.scanned < s.resume_at {
+            s.reread.range(s.scanned..).count() as i64 + (end - s.resume_at).max(0)
+        } else {
+            (end - s.scanned).max(0)
+        };
+        s.waiting.len() as u64 + unread as u64
+    }
+
     /// Loads `config/timerProgress.json`, pulled back to the recovered timer queue's end
     /// (after a power loss the log may be shorter than the progress saved).
     pub fn load(

@@ -128,6 +128,14 @@ pub struct TransactionDeps {
 }
 
 impl TransactionalMessageService {
+    /// Half messages not decided yet: those read and waiting, plus those not read yet (an
+    /// upper bound: some of them may be decided already).
+    pub fn pending(&self) -> u64 {
+        let end = self.store.max_offset(TRANS_HALF_TOPIC, 0);
+        let s = self.lock();
+        s.pending.len() as u64 + (end - s.half_scanned).max(0) as u64
+    }
+
     /// Loads `config/transactionProgress.json` and rebuilds the bookkeeping from the
     /// recovered store before anything is served: progress saved past a log that a power loss
     /// cut short is pulled back, and the decided set is re-read so that an END_TRANSACTION
