@@ -789,6 +789,19 @@ async fn a_controlled_switchover_moves_the_master_without_loss() {
         printed.contains(&format!("broker {new} is master")),
         "{printed}"
     );
+    // Consumers keep the former master's address until their route poll: it still serves
+    // their pulls (slave reads are off; RocketMQ would answer SYSTEM_BUSY until then).
+    let former = cluster.brokers[old].as_ref().unwrap().broker.to_string();
+    let r = cluster
+        .client
+        .invoke_timeout(
+            &former,
+            common::pull_request("after-switchover", TOPIC, 0, 0),
+            Duration::from_secs(5),
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.code, resp::SUCCESS, "{:?}", r.remark);
     let deadline = Instant::now() + DEADLINE;
     while !ledger.send(&cluster, new).await {
         assert!(

@@ -40,6 +40,10 @@ const MAX_PULL_COUNT: usize = 256;
 /// Default and largest pull body.
 const DEFAULT_PULL_BYTES: usize = 256 << 10;
 const MAX_PULL_BYTES: usize = 4 << 20;
+/// How long a former master goes on serving pulls with slave reads off: clients poll the
+/// name server every 30 s by default, then read from the new master.
+const FORMER_MASTER_READS: Duration = Duration::from_secs(35);
+
 /// Longest hold a client may ask for.
 const MAX_SUSPEND: Duration = Duration::from_secs(60);
 
@@ -213,8 +217,11 @@ impl PullMessageProcessor {
 
     /// Handles PULL_MESSAGE and LITE_PULL_MESSAGE.
     pub async fn handle(&self, conn: &Connection, req: &RemotingCommand) -> Reply {
-        if !self.slave_reads.enabled && !self.replication.is_master() {
+        if !self.slave_reads.enabled && !self.replication.master_within(FORMER_MASTER_READS) {
             // RocketMQ's `rejectRequest`: the client retries later, or reads from the master.
+            // A former master still serves its clients until their route poll (what it
+            // holds was replicated, and it shows nothing past the high watermark), so a
+            // switchover or a failover does not stop consumers for up to 30 s.
             return Err(error_response(
                 req,
                 resp::SYSTEM_BUSY,

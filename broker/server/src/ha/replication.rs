@@ -56,6 +56,8 @@ pub struct Replication {
     pub(super) zones: Zones,
     /// As a slave: its stream from the master is up (past the handshake).
     pub(super) following: AtomicBool,
+    /// When this broker last stopped being master (see [`Replication::master_within`]).
+    pub(super) deposed_at: std::sync::Mutex<Option<std::time::Instant>>,
     /// Writes hold it shared while this broker handles them; a master handing its group
     /// over holds it exclusively, so no write lands after the end the new master must have
     /// (see [`Replication::write_permit`]).
@@ -103,6 +105,7 @@ impl Replication {
             zones: Zones::new(None),
             following: AtomicBool::new(false),
             writes: tokio::sync::RwLock::new(()),
+            deposed_at: std::sync::Mutex::new(None),
             truncation_hooks: std::sync::Mutex::new(Vec::new()),
             config,
         };
@@ -176,14 +179,35 @@ impl Replication {
             Some(master_addr.to_string());
         self.master.send_replace(Some(ha_addr.to_string()));
         let previous = self.role.send_replace(RoleState::Slave { epoch });
+        self.note_deposed(previous);
         if previous != (RoleState::Slave { epoch }) {
             tracing::info!(epoch, master = master_addr, "slave of its group's master");
         }
     }
 
+    fn note_deposed(&self, previous: RoleState) {
+        if matches!(previous, RoleState::Master { .. }) {
+            *self.deposed_at.lock().unwrap_or_else(|e| e.into_inner()) =
+                Some(std::time::Instant::now());
+        }
+    }
+
+    /// True while this broker is master, or stopped being master less than `window` ago:
+    /// clients keep its address as their master's until their next route poll.
+    pub fn master_within(&self, window: std::time::Duration) -> bool {
+        self.is_master()
+            || self
+                .deposed_at
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .is_some_and(|at| at.elapsed() < window)
+    }
+
     /// Stops taking writes until the controller names a master (controller mode).
     pub fn fence(&self) {
-        if self.role.send_replace(RoleState::Fenced) != RoleState::Fenced {
+        let previous = self.role.send_replace(RoleState::Fenced);
+        self.note_deposed(previous);
+        if previous != RoleState::Fenced {
             tracing::warn!("fenced: no master is known for this group");
         }
         self.acks.reset(Requirement::Count(0), 0);
