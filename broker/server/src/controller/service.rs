@@ -84,6 +84,9 @@ struct Handoff {
     target: i64,
     /// When the switchover is given up if the master has not reported ready.
     until: Instant,
+    /// The master was told: it is not told again (a master that gave up resumes writes and
+    /// is not made to hold them again and again; a new switchover call asks again).
+    told: bool,
 }
 
 /// How long a switchover may take before it is given up (the master has not said it holds
@@ -297,7 +300,18 @@ impl Controller {
                         );
                         return self.elect(group, Some(h.target));
                     }
-                    None => info.hand_off_to = Some(h.target),
+                    None if !h.told => {
+                        if let Some(h) = self
+                            .handoffs
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .get_mut(group)
+                        {
+                            h.told = true;
+                        }
+                        info.hand_off_to = Some(h.target);
+                    }
+                    None => {}
                 }
             }
         }
@@ -359,6 +373,7 @@ impl Controller {
                             master_epoch: info.master_epoch,
                             target,
                             until: now + HANDOFF_TIMEOUT,
+                            told: false,
                         },
                     );
                 Ok(Switchover::Started)
@@ -645,6 +660,9 @@ mod tests {
         assert_eq!((slave.master, slave.hand_off_to), (Some(0), None));
         let master = c.heartbeat("g", 0, 1, 4096, Some(100), None).unwrap();
         assert_eq!((master.master, master.hand_off_to), (Some(0), Some(1)));
+        // Told once: a master that gave up is not asked again until a new switchover call.
+        let again = c.heartbeat("g", 0, 1, 4096, Some(100), None).unwrap();
+        assert_eq!(again.hand_off_to, None);
         // Ready: the answer names the target, in a new epoch; the handoff is over.
         let done = c.heartbeat("g", 0, 1, 4200, Some(100), Some(4200)).unwrap();
         assert_eq!((done.master, done.master_epoch), (Some(1), 2));

@@ -141,15 +141,24 @@ async fn hand_off(repl: &Arc<Replication>, client: &RemotingClient, controller: 
         }
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
-    let request = heartbeat(repl).with_ext(HAND_OFF_READY, end);
-    let answer = match client
-        .invoke_timeout(controller, request, REQUEST_TIMEOUT)
-        .await
-    {
-        Ok(r) if r.code == resp::SUCCESS => parse_replica_info(&r),
-        Ok(r) => Err(format!("code {}: {:?}", r.code, r.remark)),
-        Err(e) => Err(e.to_string()),
-    };
+    // Asked twice if the first answer is lost: the election may have happened, and writes
+    // taken here meanwhile would be cut from the log. (A second "ready" after the election
+    // is a plain heartbeat to the controller.)
+    let mut answer = Err(String::new());
+    for _ in 0..2 {
+        let request = heartbeat(repl).with_ext(HAND_OFF_READY, end);
+        answer = match client
+            .invoke_timeout(controller, request, REQUEST_TIMEOUT)
+            .await
+        {
+            Ok(r) if r.code == resp::SUCCESS => parse_replica_info(&r),
+            Ok(r) => Err(format!("code {}: {:?}", r.code, r.remark)),
+            Err(e) => Err(e.to_string()),
+        };
+        if answer.is_ok() {
+            break;
+        }
+    }
     match answer {
         Ok(info) => {
             if let Err(e) = apply(repl, &info).await {
