@@ -12,7 +12,11 @@ ENV RUSTFLAGS="-C target-feature=+crt-static" \
     CARGO_PROFILE_RELEASE_DEBUG=0 \
     CARGO_PROFILE_RELEASE_STRIP=symbols \
     CARGO_TARGET_DIR=/src/target-image
-RUN cargo build --release --locked --target x86_64-unknown-linux-gnu \
+# The sources are touched first: a target directory cached across builds (tests/k8s/image.sh
+# mounts one) may hold artifacts newer than these files' copied times, built from other
+# sources, and cargo compares times. Only the workspace's own crates are rebuilt for it.
+RUN find broker operator tests -name '*.rs' -exec touch {} + \
+    && cargo build --release --locked --target x86_64-unknown-linux-gnu \
         -p conveyor -p conveyor-operator \
     && mkdir -p /out/bin /out/data /out/tmp \
     && cp target-image/x86_64-unknown-linux-gnu/release/conveyor \
