@@ -111,11 +111,16 @@ pub async fn carry_out_roll(
             }
         }
         RollStep::Switchover { from, to, to_id } => {
-            tracing::info!(group, from, to, "rolling restart: switchover");
-            // A hand-over: the master stops taking writes until the target holds its whole
-            // log, then the target is elected (on the master's next heartbeat).
+            // A hand-over: the master holds writes until the target has its whole log, then
+            // the target is elected (on the master's next heartbeat).
             match controller.switchover(group, *to_id) {
-                Ok(_) => Ok(step),
+                Ok(conveyor::controller::Switchover::Pending) => Ok(RollStep::Wait(format!(
+                    "switchover from {from} to {to} under way"
+                ))),
+                Ok(_) => {
+                    tracing::info!(group, from, to, "rolling restart: switchover");
+                    Ok(step)
+                }
                 Err(e) => {
                     tracing::warn!(group, to, error = %e, "switchover refused");
                     Ok(RollStep::Wait(format!("switchover to {to} refused: {e}")))

@@ -19,8 +19,9 @@ use crate::remoting::{error_response, not_supported, Connection, Processor};
 /// controller's clusters it belongs to (the operator's controller decides for many).
 pub const CONTROLLER_SCOPE: &str = "controllerScope";
 
-/// Conveyor's field of a heartbeat answer to a master asked to hand its group over: the
-/// replica taking over (see [`Controller::switchover`]).
+/// Conveyor's field of a heartbeat answer during a switchover: the replica taking over (see
+/// [`Controller::switchover`]). Told to the master, it hands over; told to that replica
+/// itself, it heartbeats again at once until it hears of its election.
 pub const HAND_OFF_TO: &str = "handOffTo";
 
 /// Conveyor's field of a master's heartbeat saying it takes no writes and the replica taking
@@ -182,9 +183,9 @@ impl Controller {
                     Some(target) if req.get_bool_opt(HAND_OFF).ok().flatten() == Some(true) => {
                         self.switchover(group, target).and_then(|s| match s {
                             Switchover::Elected(info) => Ok(info),
-                            Switchover::Started | Switchover::AlreadyMaster => {
-                                self.replica_info(group)
-                            }
+                            Switchover::Started
+                            | Switchover::Pending
+                            | Switchover::AlreadyMaster => self.replica_info(group),
                         })
                     }
                     _ => self.elect(group, designated),

@@ -98,6 +98,8 @@ const HANDOFF_TIMEOUT: Duration = Duration::from_secs(10);
 pub enum Switchover {
     /// The live master was asked to hand over; the election follows its answer.
     Started,
+    /// A switchover to this target is under way already.
+    Pending,
     /// No live master to hand over: the target was elected at once.
     Elected(ReplicaInfo),
     /// The target is the master already.
@@ -313,6 +315,10 @@ impl Controller {
                     }
                     None => {}
                 }
+            } else if h.target == broker_id {
+                // The target heartbeats again at once until it hears of its election, so
+                // the writes the former master relays to it wait as little as possible.
+                info.hand_off_to = Some(h.target);
             }
         }
         Ok(info)
@@ -356,6 +362,13 @@ impl Controller {
             .into());
         }
         match info.master.filter(|m| self.is_alive(group, *m, now)) {
+            Some(_)
+                if self
+                    .handoff(group, &info)
+                    .is_some_and(|h| h.target == target) =>
+            {
+                Ok(Switchover::Pending)
+            }
             Some(master) => {
                 tracing::info!(
                     group,
@@ -655,20 +668,28 @@ mod tests {
         assert!(c.switchover("g", 7).is_err(), "not a member");
         assert_eq!(c.switchover("g", 0).unwrap(), Switchover::AlreadyMaster);
         assert_eq!(c.switchover("g", 1).unwrap(), Switchover::Started);
-        // The target and the master hear of it; only the master is asked to hand over.
+        // The target and the master hear of it: the master is asked to hand over, the
+        // target to heartbeat at once until it is elected.
         let slave = c.heartbeat("g", 1, 1, 4096, Some(101), None).unwrap();
-        assert_eq!((slave.master, slave.hand_off_to), (Some(0), None));
+        assert_eq!((slave.master, slave.hand_off_to), (Some(0), Some(1)));
         let master = c.heartbeat("g", 0, 1, 4096, Some(100), None).unwrap();
         assert_eq!((master.master, master.hand_off_to), (Some(0), Some(1)));
         // Told once: a master that gave up is not asked again until a new switchover call.
         let again = c.heartbeat("g", 0, 1, 4096, Some(100), None).unwrap();
         assert_eq!(again.hand_off_to, None);
+        // A second call while it is under way changes nothing; the target is told to
+        // heartbeat at once until elected.
+        assert_eq!(c.switchover("g", 1).unwrap(), Switchover::Pending);
+        let target = c.heartbeat("g", 1, 1, 4096, Some(101), None).unwrap();
+        assert_eq!(target.hand_off_to, Some(1));
         // Ready: the answer names the target, in a new epoch; the handoff is over.
         let done = c.heartbeat("g", 0, 1, 4200, Some(100), Some(4200)).unwrap();
         assert_eq!((done.master, done.master_epoch), (Some(1), 2));
         assert_eq!(done.hand_off_to, None);
         let after = c.heartbeat("g", 0, 1, 4200, Some(100), None).unwrap();
         assert_eq!((after.master, after.hand_off_to), (Some(1), None));
+        let target = c.heartbeat("g", 1, 1, 4200, Some(101), None).unwrap();
+        assert_eq!((target.master, target.hand_off_to), (Some(1), None));
     }
 
     #[test]

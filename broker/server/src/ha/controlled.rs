@@ -90,6 +90,11 @@ pub(super) async fn run(repl: Arc<Replication>, shutdown: CancellationToken) {
             tracing::error!(error = %e, "could not take the role the controller named");
             continue;
         }
+        if !repl.is_master() && info.hand_off_to == Some(repl.broker_id) {
+            // Elected any moment now (a switchover to this replica): ask again soon rather
+            // than a heartbeat interval later.
+            tick.reset_after(HAND_OFF_POLL);
+        }
         if repl.is_master() {
             match info.hand_off_to {
                 Some(target) if target != repl.broker_id => {
@@ -107,6 +112,9 @@ pub(super) async fn run(repl: Arc<Replication>, shutdown: CancellationToken) {
 /// for the target to acknowledge the log's end. Past it the switchover is given up here and
 /// writes go on (the controller gives it up too).
 const HAND_OFF_LIMIT: Duration = Duration::from_secs(3);
+
+/// How soon a replica being handed a group asks the controller again.
+const HAND_OFF_POLL: Duration = Duration::from_millis(20);
 
 /// A switchover (the controller's `handOffTo`): stop taking writes, wait until `target`
 /// acknowledged the whole log, say so in an immediate heartbeat, whose answer names the
