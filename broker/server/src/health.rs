@@ -15,6 +15,9 @@ use tokio_util::sync::CancellationToken;
 
 use crate::broker::Broker;
 
+/// The labels RocketMQ 5 puts on every broker series.
+const NODE_LABELS: [&str; 3] = ["cluster", "node_type", "node_id"];
+
 /// What the probes look at.
 #[derive(Clone, Default)]
 pub struct HealthState {
@@ -147,26 +150,75 @@ impl HealthState {
             }
             let _ = registry.register(Box::new(lag));
         }
-        // Backlog per (group, topic, queue): what the operator's autoscaler reads.
-        if let Ok(lag) = IntGaugeVec::new(
-            Opts::new(
-                "conveyor_consumer_lag_messages",
-                "Messages not yet consumed by a group.",
-            ),
-            &["group", "topic", "queue"],
-        ) {
-            for group in b.offsets().groups() {
-                for (topic, queue, offset) in b.offsets().offsets_of_group(&group) {
-                    let backlog = (b.store().max_offset(&topic, queue) - offset).max(0);
-                    lag.with_label_values(&[
-                        group.as_str(),
-                        topic.as_str(),
-                        queue.to_string().as_str(),
-                    ])
-                    .set(backlog);
-                }
+        // RocketMQ 5's names and labels, so its dashboards, alerts and autoscaler queries
+        // carry over: `node_id` is the broker group, as RocketMQ's `brokerName`.
+        let node = [
+            repl.config().cluster_name.clone(),
+            "broker".to_string(),
+            repl.broker_name().to_string(),
+        ];
+        let node_gauge = |name: &str, help: &str, v: i64| {
+            if let Ok(g) = IntGaugeVec::new(Opts::new(name, help), &NODE_LABELS) {
+                g.with_label_values(&[&node[0], &node[1], &node[2]]).set(v);
+                let _ = registry.register(Box::new(g));
             }
-            let _ = registry.register(Box::new(lag));
+        };
+        node_gauge(
+            "rocketmq_storage_flush_behind_bytes",
+            "CommitLog bytes written but not flushed.",
+            max - b.store().commit_log_flushed_offset() as i64,
+        );
+        node_gauge(
+            "rocketmq_storage_dispatch_behind_bytes",
+            "CommitLog bytes not yet dispatched to the ConsumeQueues.",
+            max - b.store().dispatched_offset() as i64,
+        );
+        // Backlog per (group, topic) for every group with offsets, consumers online or not:
+        // what autoscalers read.
+        let lag_labels = [
+            NODE_LABELS[0],
+            NODE_LABELS[1],
+            NODE_LABELS[2],
+            "consumer_group",
+            "topic",
+            "is_retry",
+            "is_system",
+        ];
+        if let (Ok(messages), Ok(latency)) = (
+            IntGaugeVec::new(
+                Opts::new(
+                    "rocketmq_consumer_lag_messages",
+                    "Messages stored and not yet consumed by the group.",
+                ),
+                &lag_labels,
+            ),
+            IntGaugeVec::new(
+                Opts::new(
+                    "rocketmq_consumer_lag_latency_milliseconds",
+                    "Age of the oldest message the group has not consumed.",
+                ),
+                &lag_labels,
+            ),
+        ) {
+            let now = conveyor_protocol::time::now_ms();
+            for l in crate::broker::lag::consumer_lag(b.offsets(), b.store()) {
+                let (retry, system) = (l.is_retry.to_string(), l.is_system.to_string());
+                let values = [
+                    node[0].as_str(),
+                    node[1].as_str(),
+                    node[2].as_str(),
+                    l.group.as_str(),
+                    l.topic.as_str(),
+                    retry.as_str(),
+                    system.as_str(),
+                ];
+                messages.with_label_values(&values).set(l.messages as i64);
+                latency
+                    .with_label_values(&values)
+                    .set(l.oldest_store_ms.map_or(0, |t| (now - t).max(0)));
+            }
+            let _ = registry.register(Box::new(messages));
+            let _ = registry.register(Box::new(latency));
         }
         let mut out = Vec::new();
         let _ = TextEncoder::new().encode(&registry.gather(), &mut out);

@@ -67,13 +67,24 @@ async fn probes_and_metrics() {
     let lag = body
         .lines()
         .find(|l| {
-            l.starts_with("conveyor_consumer_lag_messages{")
-                && l.contains("group=\"CG_metrics\"")
+            l.starts_with("rocketmq_consumer_lag_messages{")
+                && l.contains("consumer_group=\"CG_metrics\"")
                 && l.contains("topic=\"Metered\"")
-                && l.contains("queue=\"0\"")
+                && l.contains("node_type=\"broker\"")
+                && l.contains("is_retry=\"false\"")
+                && l.contains("is_system=\"false\"")
         })
         .unwrap_or_else(|| panic!("no lag line for the group: {body}"));
     assert!(lag.ends_with(" 2"), "{lag}");
+    let latency = body
+        .lines()
+        .find(|l| {
+            l.starts_with("rocketmq_consumer_lag_latency_milliseconds{")
+                && l.contains("consumer_group=\"CG_metrics\"")
+        })
+        .unwrap_or_else(|| panic!("no lag latency line for the group: {body}"));
+    let age: i64 = latency.rsplit(' ').next().unwrap().parse().unwrap();
+    assert!(age >= 0, "{latency}");
 
     let (status, _) = http_get(http, "/nope").await.expect("404");
     assert_eq!(status, 404);
@@ -142,4 +153,48 @@ async fn readyz_is_503_until_registered() {
     tokio::time::timeout(DEADLINE, ns.stop())
         .await
         .expect("name server stops");
+}
+
+/// `rocketmq_consumer_lag_messages` summed over a group's topics equals the backlog the admin
+/// API reports (GET_CONSUME_STATS, mqadmin's consumerProgress), for a group with no consumer
+/// online (an autoscaler must see the backlog of a group scaled to zero), and the retry topic
+/// is its own series.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_lag_metric_equals_the_admin_backlog_with_no_consumer_online() {
+    let mut server = TestServer::start().await;
+    let http = server.http();
+    let queues = server.create_topic("Backlogged", 4).await;
+    let producer = server.producer("PG_backlog");
+    for i in 0..40 {
+        producer
+            .send_to_queue(&Message::new("Backlogged", format!("m{i}")), &queues[i % 4])
+            .await
+            .expect("send");
+    }
+    let consumer = server.consumer("CG_backlog");
+    for (i, q) in queues.iter().enumerate() {
+        wait_max_offset(&consumer, q, 10).await;
+        consumer
+            .commit_offset(q, i as i64 * 3)
+            .await
+            .expect("commit");
+    }
+    let progress = server
+        .admin()
+        .consumer_progress("CG_backlog", "Backlogged")
+        .await
+        .expect("consumer progress");
+    assert_eq!(progress.total_diff, 40 - (3 + 6 + 9));
+    let (_, body) = http_get(http, "/metrics").await.expect("metrics");
+    let sum: f64 = body
+        .lines()
+        .filter(|l| {
+            l.starts_with("rocketmq_consumer_lag_messages{")
+                && l.contains("consumer_group=\"CG_backlog\"")
+                && l.contains("is_retry=\"false\"")
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum();
+    assert_eq!(sum, progress.total_diff as f64, "{body}");
+    server.stop().await;
 }

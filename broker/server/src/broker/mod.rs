@@ -35,6 +35,7 @@ pub mod durability;
 pub mod filter;
 pub mod groups;
 pub mod hold;
+pub mod lag;
 pub mod locks;
 pub mod offset_processor;
 pub mod offsets;

@@ -116,6 +116,19 @@ impl ConsumerOffsetManager {
         out
     }
 
+    /// Every `topic@group` with its committed offsets: (topic, group, [(queue, offset)]).
+    pub fn entries(&self) -> Vec<(String, String, Vec<(i32, i64)>)> {
+        let table = self.table.lock().unwrap_or_else(|e| e.into_inner());
+        table
+            .iter()
+            .filter_map(|(k, queues)| {
+                let (topic, group) = k.split_once('@')?;
+                let queues = queues.iter().map(|(q, o)| (*q, *o)).collect();
+                Some((topic.to_string(), group.to_string(), queues))
+            })
+            .collect()
+    }
+
     /// Every group with committed offsets.
     pub fn groups(&self) -> Vec<String> {
         let table = self.table.lock().unwrap_or_else(|e| e.into_inner());

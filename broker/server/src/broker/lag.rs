@@ -1,0 +1,99 @@
+//! ConsumerLag: how far each consumer group is behind on each topic, as RocketMQ 5's
+//! ConsumerLagCalculator reports it in `rocketmq_consumer_lag_messages` and
+//! `rocketmq_consumer_lag_latency`: for every `topic@group` with committed offsets, the sum
+//! over its committed queues of (queue end − committed offset), and the store time of the
+//! oldest message not consumed yet. Every group with offsets is reported whether or not a
+//! consumer is online, so an autoscaler sees the backlog of a group scaled to zero. A queue the
+//! group never committed on counts 0, as in RocketMQ's metric (its admin API's ConsumeStats
+//! counts such a queue's whole content instead).
+
+use std::collections::BTreeMap;
+
+use conveyor_store::MessageStore;
+
+use super::offsets::ConsumerOffsetManager;
+use super::topics::{
+    is_forbidden_for_send, AUTO_CREATE_TOPIC, DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX,
+    SELF_TEST_TOPIC,
+};
+
+/// One consumer group's lag on one topic.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupLag {
+    /// The consumer group.
+    pub group: String,
+    /// The topic (a `%RETRY%` topic is reported on its own, `is_retry`).
+    pub topic: String,
+    /// Messages stored and not consumed yet.
+    pub messages: u64,
+    /// STORETIMESTAMP of the oldest of them (`None`: no lag, or it is gone).
+    pub oldest_store_ms: Option<i64>,
+    /// The topic is the group's retry topic.
+    pub is_retry: bool,
+    /// The topic or the group belongs to the broker itself.
+    pub is_system: bool,
+}
+
+/// RocketMQ's system topics and groups (`TopicValidator.isSystemTopic`,
+/// `MixAll.isSysConsumerGroup`): the broker's own, not an application's.
+pub fn is_system(topic: &str, group: &str) -> bool {
+    is_forbidden_for_send(topic)
+        || topic == AUTO_CREATE_TOPIC
+        || topic == SELF_TEST_TOPIC
+        || topic.starts_with("rmq_sys_")
+        || topic.starts_with("RMQ_SYS_")
+        || group.starts_with("CID_RMQ_SYS_")
+        || matches!(
+            group,
+            "TOOLS_CONSUMER" | "FILTERSRV_CONSUMER" | "SELF_TEST_C_GROUP" | "CID_ONS-HTTP-PROXY"
+        )
+}
+
+/// The lag of every (group, topic) with committed offsets, sorted by group then topic. DLQ
+/// topics are left out: nobody consumes them by default.
+pub fn consumer_lag(offsets: &ConsumerOffsetManager, store: &MessageStore) -> Vec<GroupLag> {
+    let mut by: BTreeMap<(String, String), (u64, Option<i64>)> = BTreeMap::new();
+    for (topic, group, queues) in offsets.entries() {
+        if topic.starts_with(DLQ_GROUP_TOPIC_PREFIX) {
+            continue;
+        }
+        let entry = by.entry((group, topic.clone())).or_insert((0, None));
+        for (queue, committed) in queues {
+            let end = store.max_offset(&topic, queue);
+            let left = (end - committed.max(0)).max(0);
+            if left == 0 {
+                continue;
+            }
+            entry.0 += left as u64;
+            if let Some(t) = store.store_time_at(&topic, queue, committed.max(0)) {
+                entry.1 = Some(entry.1.map_or(t, |o| o.min(t)));
+            }
+        }
+    }
+    by.into_iter()
+        .map(|((group, topic), (messages, oldest_store_ms))| GroupLag {
+            is_retry: topic.starts_with(RETRY_GROUP_TOPIC_PREFIX),
+            is_system: is_system(&topic, &group),
+            group,
+            topic,
+            messages,
+            oldest_store_ms,
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn system_topics_and_groups_are_told_apart() {
+        assert!(is_system("SCHEDULE_TOPIC_XXXX", "g"));
+        assert!(is_system("rmq_sys_wheel_timer", "g"));
+        assert!(is_system("TBW102", "g"));
+        assert!(is_system("Orders", "CID_RMQ_SYS_TRANS"));
+        assert!(is_system("Orders", "TOOLS_CONSUMER"));
+        assert!(!is_system("Orders", "orders-consumer"));
+        assert!(!is_system("%RETRY%orders-consumer", "orders-consumer"));
+    }
+}
