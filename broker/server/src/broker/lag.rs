@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 
 use conveyor_store::MessageStore;
 
-use super::offsets::ConsumerOffsetManager;
+use super::offsets::{ConsumerOffsetManager, GroupOffsets};
 use super::topics::{
     is_forbidden_for_send, AUTO_CREATE_TOPIC, DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX,
     SELF_TEST_TOPIC,
@@ -53,7 +53,12 @@ pub fn is_system(topic: &str, group: &str) -> bool {
 /// topics are left out: nobody consumes them by default.
 pub fn consumer_lag(offsets: &ConsumerOffsetManager, store: &MessageStore) -> Vec<GroupLag> {
     let mut by: BTreeMap<(String, String), (u64, Option<i64>)> = BTreeMap::new();
-    for (topic, group, queues) in offsets.entries() {
+    for GroupOffsets {
+        topic,
+        group,
+        queues,
+    } in offsets.entries()
+    {
         if topic.starts_with(DLQ_GROUP_TOPIC_PREFIX) {
             continue;
         }

@@ -17,6 +17,17 @@ struct Persisted {
     offset_table: BTreeMap<String, BTreeMap<i32, i64>>,
 }
 
+/// One `topic@group`'s committed offsets.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupOffsets {
+    /// The topic.
+    pub topic: String,
+    /// The consumer group.
+    pub group: String,
+    /// (queue id, committed offset) of each queue it committed on.
+    pub queues: Vec<(i32, i64)>,
+}
+
 /// Committed consumer offsets.
 pub struct ConsumerOffsetManager {
     /// `config/consumerOffset.json`.
@@ -116,15 +127,18 @@ impl ConsumerOffsetManager {
         out
     }
 
-    /// Every `topic@group` with its committed offsets: (topic, group, [(queue, offset)]).
-    pub fn entries(&self) -> Vec<(String, String, Vec<(i32, i64)>)> {
+    /// Every `topic@group` with its committed offsets.
+    pub fn entries(&self) -> Vec<GroupOffsets> {
         let table = self.table.lock().unwrap_or_else(|e| e.into_inner());
         table
             .iter()
             .filter_map(|(k, queues)| {
                 let (topic, group) = k.split_once('@')?;
-                let queues = queues.iter().map(|(q, o)| (*q, *o)).collect();
-                Some((topic.to_string(), group.to_string(), queues))
+                Some(GroupOffsets {
+                    topic: topic.to_string(),
+                    group: group.to_string(),
+                    queues: queues.iter().map(|(q, o)| (*q, *o)).collect(),
+                })
             })
             .collect()
     }
