@@ -173,6 +173,73 @@ impl HealthState {
             "CommitLog bytes not yet dispatched to the ConsumeQueues.",
             max - b.store().dispatched_offset() as i64,
         );
+        // Traffic per topic: in by message type, out by consumer group.
+        let traffic = |name: &str, help: &str, label: &str| {
+            prometheus::IntCounterVec::new(
+                Opts::new(name, help),
+                &[
+                    NODE_LABELS[0],
+                    NODE_LABELS[1],
+                    NODE_LABELS[2],
+                    "topic",
+                    label,
+                ],
+            )
+        };
+        if let (Ok(messages), Ok(bytes)) = (
+            traffic(
+                "rocketmq_messages_in_total",
+                "Messages stored, by topic and message type.",
+                "message_type",
+            ),
+            traffic(
+                "rocketmq_throughput_in_total",
+                "Bytes of records stored, by topic and message type.",
+                "message_type",
+            ),
+        ) {
+            for ((topic, kind), t) in b.stats().topics_in() {
+                let values = [
+                    node[0].as_str(),
+                    node[1].as_str(),
+                    node[2].as_str(),
+                    topic.as_str(),
+                    kind.as_str(),
+                ];
+                messages.with_label_values(&values).inc_by(t.messages);
+                bytes.with_label_values(&values).inc_by(t.bytes);
+            }
+            let _ = registry.register(Box::new(messages));
+            let _ = registry.register(Box::new(bytes));
+        }
+        if let (Ok(messages), Ok(bytes)) = (
+            traffic(
+                "rocketmq_messages_out_total",
+                "Messages delivered, by topic and consumer group.",
+                "consumer_group",
+            ),
+            traffic(
+                "rocketmq_throughput_out_total",
+                "Bytes of records delivered, by topic and consumer group.",
+                "consumer_group",
+            ),
+        ) {
+            for ((topic, group), t) in b.stats().topics_out() {
+                let values = [
+                    node[0].as_str(),
+                    node[1].as_str(),
+                    node[2].as_str(),
+                    topic.as_str(),
+                    group.as_str(),
+                ];
+                messages.with_label_values(&values).inc_by(t.messages);
+                bytes.with_label_values(&values).inc_by(t.bytes);
+            }
+            let _ = registry.register(Box::new(messages));
+            let _ = registry.register(Box::new(bytes));
+        }
+        let lags = crate::broker::lag::consumer_lag(b.offsets(), b.store());
+        let now = conveyor_protocol::time::now_ms();
         // Backlog per (group, topic) for every group with offsets, consumers online or not:
         // what autoscalers read.
         let lag_labels = [
@@ -200,8 +267,7 @@ impl HealthState {
                 &lag_labels,
             ),
         ) {
-            let now = conveyor_protocol::time::now_ms();
-            for l in crate::broker::lag::consumer_lag(b.offsets(), b.store()) {
+            for l in &lags {
                 let (retry, system) = (l.is_retry.to_string(), l.is_system.to_string());
                 let values = [
                     node[0].as_str(),
@@ -218,6 +284,54 @@ impl HealthState {
                     .set(l.oldest_store_ms.map_or(0, |t| (now - t).max(0)));
             }
             let _ = registry.register(Box::new(messages));
+            let _ = registry.register(Box::new(latency));
+        }
+        // The same backlog under rocketmq-exporter's names, which existing Grafana boards
+        // and alert rules read. Offsets kept by the broker are clustering consumers' (msgModel
+        // 1); broadcasting consumers keep theirs themselves.
+        let exporter = |name: &str, help: &str| {
+            IntGaugeVec::new(
+                Opts::new(name, help),
+                &["group", "topic", "countOfOnlineConsumers", "msgModel"],
+            )
+        };
+        if let (Ok(diff), Ok(retry_diff), Ok(latency)) = (
+            exporter(
+                "rocketmq_group_diff",
+                "Messages not yet consumed by the group (rocketmq-exporter).",
+            ),
+            exporter(
+                "rocketmq_group_retrydiff",
+                "Messages of the group's retry topic not yet consumed (rocketmq-exporter).",
+            ),
+            IntGaugeVec::new(
+                Opts::new(
+                    "rocketmq_group_get_latency_by_storetime",
+                    "Age in ms of the oldest message the group has not consumed (rocketmq-exporter).",
+                ),
+                &["cluster", "broker", "topic", "group"],
+            ),
+        ) {
+            for l in &lags {
+                let online = b
+                    .clients()
+                    .consumer_group(&l.group)
+                    .map_or(0, |g| g.channels.len())
+                    .to_string();
+                let labels = [l.group.as_str(), l.topic.as_str(), online.as_str(), "1"];
+                let gauge = if l.is_retry { &retry_diff } else { &diff };
+                gauge.with_label_values(&labels).set(l.messages as i64);
+                latency
+                    .with_label_values(&[
+                        node[0].as_str(),
+                        node[2].as_str(),
+                        l.topic.as_str(),
+                        l.group.as_str(),
+                    ])
+                    .set(l.oldest_store_ms.map_or(0, |t| (now - t).max(0)));
+            }
+            let _ = registry.register(Box::new(diff));
+            let _ = registry.register(Box::new(retry_diff));
             let _ = registry.register(Box::new(latency));
         }
         let mut out = Vec::new();

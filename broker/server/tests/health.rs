@@ -85,6 +85,26 @@ async fn probes_and_metrics() {
         .unwrap_or_else(|| panic!("no lag latency line for the group: {body}"));
     let age: i64 = latency.rsplit(' ').next().unwrap().parse().unwrap();
     assert!(age >= 0, "{latency}");
+    // Traffic per topic: the three sends in, as plain messages; the pull out, to its group.
+    let series = |prefix: &str, label: &str| {
+        body.lines()
+            .find(|l| l.starts_with(prefix) && l.contains("topic=\"Metered\"") && l.contains(label))
+            .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+    };
+    assert_eq!(
+        series("rocketmq_messages_in_total{", "message_type=\"Normal\""),
+        Some(3.0),
+        "{body}"
+    );
+    assert!(series("rocketmq_throughput_in_total{", "message_type=\"Normal\"") > Some(0.0));
+    assert_eq!(
+        series(
+            "rocketmq_messages_out_total{",
+            "consumer_group=\"CG_metrics\""
+        ),
+        Some(1.0),
+        "{body}"
+    );
 
     let (status, _) = http_get(http, "/nope").await.expect("404");
     assert_eq!(status, 404);
@@ -196,5 +216,15 @@ async fn the_lag_metric_equals_the_admin_backlog_with_no_consumer_online() {
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum();
     assert_eq!(sum, progress.total_diff as f64, "{body}");
+    // rocketmq-exporter's name for the same backlog (no consumer online).
+    let diff = body
+        .lines()
+        .find(|l| {
+            l.starts_with("rocketmq_group_diff{")
+                && l.contains("group=\"CG_backlog\"")
+                && l.contains("countOfOnlineConsumers=\"0\"")
+        })
+        .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok());
+    assert_eq!(diff, Some(progress.total_diff as f64), "{body}");
     server.stop().await;
 }

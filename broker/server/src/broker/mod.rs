@@ -424,6 +424,11 @@ impl Broker {
         &self.stats
     }
 
+    /// The live producers and consumers.
+    pub fn clients(&self) -> &ClientManager {
+        &self.clients
+    }
+
     /// The committed consumer offsets.
     pub fn offsets(&self) -> &ConsumerOffsetManager {
         &self.offsets

@@ -341,11 +341,11 @@ impl PullMessageProcessor {
                     .map_err(|e| read_failed(req, topic, queue_id, offset, &e))?;
                 let (code, next) = pull_code(&r, offset);
                 return Ok(self
-                    .pull_response(conn, req, &group_cfg, code, next, &r)
+                    .pull_response(conn, req, topic, &group_cfg, (code, next), &r)
                     .await);
             }
             return Ok(self
-                .pull_response(conn, req, &group_cfg, code, next, &r)
+                .pull_response(conn, req, topic, &group_cfg, (code, next), &r)
                 .await);
         }
     }
@@ -407,9 +407,9 @@ impl PullMessageProcessor {
         &self,
         conn: &Connection,
         req: &RemotingCommand,
+        topic: &str,
         group: &SubscriptionGroupConfig,
-        code: i32,
-        next: i64,
+        (code, next): (i32, i64),
         r: &GetResult,
     ) -> RemotingCommand {
         // How far behind the log's end this pull ended (RocketMQ: from the last record read).
@@ -445,7 +445,8 @@ impl PullMessageProcessor {
                 body.extend_from_slice(m);
             }
             response.body = body.freeze();
-            self.stats.record_out(r.messages.len(), total);
+            self.stats
+                .record_out(topic, &group.group_name, r.messages.len(), total);
         }
         response
     }

@@ -30,7 +30,7 @@ use super::groups::SubscriptionGroupManager;
 use super::parking::ParkingRules;
 use super::register::NameServerRegistrar;
 use super::reply::{bad_header, error_response, ok, store_error_response, Reply};
-use super::stats::BrokerStats;
+use super::stats::{BrokerStats, MessageType};
 use super::topics::{self, TopicConfigManager, DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX};
 use crate::remoting::Connection;
 
@@ -276,6 +276,10 @@ impl SendMessageProcessor {
         } else {
             vec![self.message(&h, conn, h.flag, req.body.clone(), props)]
         };
+        // Its type as sent (parking moves delayed and half messages to system topics).
+        let kind = messages
+            .first()
+            .map_or(MessageType::Normal, |m| MessageType::of(&m.properties));
         let now = now_ms();
         for m in &mut messages {
             self.parking
@@ -297,7 +301,8 @@ impl SendMessageProcessor {
             }
         }
         let bytes: usize = placements.iter().map(|p| p.size).sum();
-        self.stats.record_in(placements.len(), bytes);
+        self.stats
+            .record_in(&h.topic, kind, placements.len(), bytes);
         Ok(self.send_response(req, code, &h, &messages, &placements))
     }
 

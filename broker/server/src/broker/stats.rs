@@ -1,7 +1,79 @@
 //! BrokerStats: the traffic counters `/metrics` and GET_BROKER_RUNTIME_INFO report. The send
-//! and pull paths count; the probes and admin only read a [`StatsSnapshot`].
+//! and pull paths count, in total and per topic (RocketMQ 5's `rocketmq_messages_in_total`
+//! by topic and message type, `rocketmq_messages_out_total` by topic and consumer group); the
+//! probes and admin only read snapshots.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+
+use conveyor_protocol::message::{keys, Properties};
+
+/// RocketMQ 5's message types (`TopicMessageType`), as the `message_type` label names them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum MessageType {
+    /// Plain messages.
+    Normal,
+    /// Messages of a message group (`__SHARDINGKEY`): ordered.
+    Fifo,
+    /// Delay-level or timer messages.
+    Delay,
+    /// Transactional (half) messages.
+    Transaction,
+}
+
+/// The property RocketMQ 5 clients put on messages of a message group (FIFO).
+const SHARDING_KEY: &str = "__SHARDINGKEY";
+
+impl MessageType {
+    /// The type of a message with these properties, as sent (RocketMQ's
+    /// `TopicMessageType.parseFromMessageProperty`).
+    pub fn of(properties: &Properties) -> Self {
+        if properties.get(keys::TRANSACTION_PREPARED) == Some("true") {
+            MessageType::Transaction
+        } else if [
+            keys::DELAY_TIME_LEVEL,
+            keys::TIMER_DELIVER_MS,
+            keys::TIMER_DELAY_SEC,
+            keys::TIMER_DELAY_MS,
+        ]
+        .iter()
+        .any(|k| properties.get(k).is_some())
+        {
+            MessageType::Delay
+        } else if properties.get(SHARDING_KEY).is_some() {
+            MessageType::Fifo
+        } else {
+            MessageType::Normal
+        }
+    }
+
+    /// The label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MessageType::Normal => "Normal",
+            MessageType::Fifo => "FIFO",
+            MessageType::Delay => "Delay",
+            MessageType::Transaction => "Transaction",
+        }
+    }
+}
+
+/// Messages and bytes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Traffic {
+    /// Messages.
+    pub messages: u64,
+    /// Bytes of their records.
+    pub bytes: u64,
+}
+
+impl Traffic {
+    fn add(&mut self, messages: usize, bytes: usize) {
+        self.messages += messages as u64;
+        self.bytes += bytes as u64;
+    }
+}
 
 /// Messages and bytes in and out since the broker started.
 #[derive(Debug, Default)]
@@ -14,6 +86,10 @@ pub struct BrokerStats {
     messages_out: AtomicU64,
     /// Bytes of the records returned by pulls.
     bytes_out: AtomicU64,
+    /// Stored, by topic and message type (bounded by the topic table's limit).
+    topics_in: Mutex<HashMap<(String, MessageType), Traffic>>,
+    /// Delivered, by topic and consumer group (bounded by the topic and group limits).
+    topics_out: Mutex<HashMap<(String, String), Traffic>>,
 }
 
 /// The counters at one moment.
@@ -30,18 +106,43 @@ pub struct StatsSnapshot {
 }
 
 impl BrokerStats {
-    /// Counts stored messages.
-    pub fn record_in(&self, messages: usize, bytes: usize) {
+    /// Counts messages of `topic` stored by one send.
+    pub fn record_in(&self, topic: &str, kind: MessageType, messages: usize, bytes: usize) {
         self.messages_in
             .fetch_add(messages as u64, Ordering::Relaxed);
         self.bytes_in.fetch_add(bytes as u64, Ordering::Relaxed);
+        let mut topics = self.topics_in.lock().unwrap_or_else(|e| e.into_inner());
+        match topics.get_mut(&(topic.to_string(), kind)) {
+            Some(t) => t.add(messages, bytes),
+            None => topics
+                .entry((topic.to_string(), kind))
+                .or_default()
+                .add(messages, bytes),
+        }
     }
 
-    /// Counts delivered messages.
-    pub fn record_out(&self, messages: usize, bytes: usize) {
+    /// Counts messages of `topic` delivered to `group` by one pull.
+    pub fn record_out(&self, topic: &str, group: &str, messages: usize, bytes: usize) {
         self.messages_out
             .fetch_add(messages as u64, Ordering::Relaxed);
         self.bytes_out.fetch_add(bytes as u64, Ordering::Relaxed);
+        let mut topics = self.topics_out.lock().unwrap_or_else(|e| e.into_inner());
+        topics
+            .entry((topic.to_string(), group.to_string()))
+            .or_default()
+            .add(messages, bytes);
+    }
+
+    /// Stored traffic by (topic, message type).
+    pub fn topics_in(&self) -> Vec<((String, MessageType), Traffic)> {
+        let topics = self.topics_in.lock().unwrap_or_else(|e| e.into_inner());
+        topics.iter().map(|(k, v)| (k.clone(), *v)).collect()
+    }
+
+    /// Delivered traffic by (topic, consumer group).
+    pub fn topics_out(&self) -> Vec<((String, String), Traffic)> {
+        let topics = self.topics_out.lock().unwrap_or_else(|e| e.into_inner());
+        topics.iter().map(|(k, v)| (k.clone(), *v)).collect()
     }
 
     /// The current values.
@@ -52,5 +153,75 @@ impl BrokerStats {
             messages_out: self.messages_out.load(Ordering::Relaxed),
             bytes_out: self.bytes_out.load(Ordering::Relaxed),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn message_types_follow_rocketmqs_rules() {
+        let with = |k: &str, v: &str| {
+            let mut p = Properties::default();
+            p.insert(k, v);
+            p
+        };
+        assert_eq!(MessageType::of(&Properties::default()), MessageType::Normal);
+        assert_eq!(
+            MessageType::of(&with("TRAN_MSG", "true")),
+            MessageType::Transaction
+        );
+        assert_eq!(MessageType::of(&with("DELAY", "3")), MessageType::Delay);
+        assert_eq!(
+            MessageType::of(&with("TIMER_DELAY_SEC", "9")),
+            MessageType::Delay
+        );
+        assert_eq!(
+            MessageType::of(&with("__SHARDINGKEY", "k")),
+            MessageType::Fifo
+        );
+    }
+
+    #[test]
+    fn traffic_is_counted_in_total_and_per_topic() {
+        let stats = BrokerStats::default();
+        stats.record_in("T", MessageType::Normal, 2, 200);
+        stats.record_in("T", MessageType::Normal, 1, 100);
+        stats.record_in("T", MessageType::Delay, 1, 50);
+        stats.record_out("T", "g", 3, 300);
+        let s = stats.snapshot();
+        assert_eq!((s.messages_in, s.bytes_in, s.messages_out), (4, 350, 3));
+        let mut by_type = stats.topics_in();
+        by_type.sort_by_key(|(k, _)| k.1);
+        assert_eq!(
+            by_type,
+            vec![
+                (
+                    ("T".into(), MessageType::Normal),
+                    Traffic {
+                        messages: 3,
+                        bytes: 300
+                    }
+                ),
+                (
+                    ("T".into(), MessageType::Delay),
+                    Traffic {
+                        messages: 1,
+                        bytes: 50
+                    }
+                ),
+            ]
+        );
+        assert_eq!(
+            stats.topics_out(),
+            vec![(
+                ("T".into(), "g".into()),
+                Traffic {
+                    messages: 3,
+                    bytes: 300
+                }
+            )]
+        );
     }
 }
