@@ -169,7 +169,7 @@ pub(super) fn common_pod_spec(
         automount_service_account_token: Some(false),
         affinity: Some(super::placement::spread_affinity(placement, peers)),
         tolerations: unless_empty(&placement.tolerations),
-        topology_spread_constraints: unless_empty(&placement.topology_spread_constraints),
+        topology_spread_constraints: Some(super::placement::spread_constraints(placement, peers)),
         node_selector: (!placement.node_selector.is_empty())
             .then(|| placement.node_selector.clone()),
         ..Default::default()

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
     Affinity, NodeAffinity, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm,
-    PodAffinityTerm, PodAntiAffinity, WeightedPodAffinityTerm,
+    PodAffinityTerm, PodAntiAffinity, TopologySpreadConstraint, WeightedPodAffinityTerm,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
@@ -28,6 +28,46 @@ pub fn zone_label(placement: &Placement) -> &str {
         .map_or(super::common::DEFAULT_ZONE_LABEL, |r| {
             r.topology_key.as_str()
         })
+}
+
+/// `placement.topologySpreadConstraints` plus ours: the pods `peers` selects never share a
+/// node while another node could take one (`maxSkew` 1 on `kubernetes.io/hostname`, the
+/// scheduler refusing otherwise; nodes whose taints the pods do not tolerate are not counted,
+/// so a tainted control-plane node holds nothing up), which on a one-node cluster still runs
+/// every pod; with a rack, spread over its zones as far as the scheduler can
+/// (`ScheduleAnyway`). A constraint the user already set for a key wins (two for the same
+/// key and mode would be refused by the API server).
+pub fn spread_constraints(
+    placement: &Placement,
+    peers: &BTreeMap<String, String>,
+) -> Vec<TopologySpreadConstraint> {
+    let mut constraints = placement.topology_spread_constraints.clone();
+    let ours = std::iter::once((HOSTNAME_KEY.to_string(), "DoNotSchedule")).chain(
+        placement
+            .rack
+            .as_ref()
+            .map(|r| (r.topology_key.clone(), "ScheduleAnyway")),
+    );
+    for (key, mode) in ours {
+        if constraints
+            .iter()
+            .any(|c| c.topology_key == key && c.when_unsatisfiable == mode)
+        {
+            continue;
+        }
+        constraints.push(TopologySpreadConstraint {
+            max_skew: 1,
+            topology_key: key,
+            when_unsatisfiable: mode.into(),
+            label_selector: Some(LabelSelector {
+                match_labels: Some(peers.clone()),
+                ..Default::default()
+            }),
+            node_taints_policy: Some("Honor".into()),
+            ..Default::default()
+        });
+    }
+    constraints
 }
 
 /// `placement.affinity` plus the terms that keep the pods selected by `peers` apart.

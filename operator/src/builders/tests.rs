@@ -331,10 +331,13 @@ fn placement_passes_through_to_every_pod() {
         let user = mqc.spec.placement.affinity.clone().unwrap();
         assert_eq!(affinity.node_affinity, user.node_affinity);
         assert_eq!(pod.tolerations.unwrap(), mqc.spec.placement.tolerations);
+        // The user's first, then the operator's own (hostname).
+        let constraints = pod.topology_spread_constraints.unwrap();
         assert_eq!(
-            pod.topology_spread_constraints.unwrap(),
-            mqc.spec.placement.topology_spread_constraints
+            constraints[..1],
+            mqc.spec.placement.topology_spread_constraints[..]
         );
+        assert_eq!(constraints[1].topology_key, "kubernetes.io/hostname");
         assert_eq!(pod.node_selector.unwrap(), mqc.spec.placement.node_selector);
     }
 }
@@ -360,6 +363,76 @@ fn spread_terms(pod: &PodSpec) -> Vec<(String, BTreeMap<String, String>)> {
             )
         })
         .collect()
+}
+
+/// The topology spread constraints of a pod spec: (key, mode, selected labels).
+fn spread_constraints(pod: &PodSpec) -> Vec<(String, String, BTreeMap<String, String>)> {
+    pod.topology_spread_constraints
+        .clone()
+        .unwrap_or_default()
+        .into_iter()
+        .map(|c| {
+            (
+                c.topology_key,
+                c.when_unsatisfiable,
+                c.label_selector
+                    .and_then(|s| s.match_labels)
+                    .unwrap_or_default(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn a_groups_replicas_never_share_a_node_another_node_could_take_and_spread_over_zones() {
+    let mut mqc = cluster(2, 2);
+    let cm = broker_config_map(&mqc, 1, &crate::builders::OperatorEnv::default()).unwrap();
+    let pod = |mqc: &MessageQueueCluster| {
+        broker_statefulset(mqc, 1, &cm, &crate::builders::OperatorEnv::default())
+            .spec
+            .unwrap()
+            .template
+            .spec
+            .unwrap()
+    };
+    let peers = selector_labels(&mqc, Component::Broker, Some(1));
+    let hostname = (
+        "kubernetes.io/hostname".to_string(),
+        "DoNotSchedule".to_string(),
+        peers.clone(),
+    );
+    let plain = pod(&mqc);
+    assert_eq!(spread_constraints(&plain), vec![hostname.clone()]);
+    let c = &plain.topology_spread_constraints.unwrap()[0];
+    assert_eq!(
+        (c.max_skew, c.node_taints_policy.as_deref()),
+        (1, Some("Honor"))
+    );
+    mqc.spec.placement.rack = Some(Rack {
+        topology_key: "topology.kubernetes.io/zone".into(),
+    });
+    assert_eq!(
+        spread_constraints(&pod(&mqc)),
+        vec![
+            hostname.clone(),
+            (
+                "topology.kubernetes.io/zone".to_string(),
+                "ScheduleAnyway".to_string(),
+                peers.clone()
+            )
+        ]
+    );
+    // A user's constraint for the same key and mode wins (the API refuses duplicates).
+    mqc.spec.placement.rack = None;
+    mqc.spec.placement.topology_spread_constraints = vec![TopologySpreadConstraint {
+        max_skew: 2,
+        topology_key: "kubernetes.io/hostname".into(),
+        when_unsatisfiable: "DoNotSchedule".into(),
+        ..Default::default()
+    }];
+    let own = pod(&mqc).topology_spread_constraints.unwrap();
+    assert_eq!(own.len(), 1);
+    assert_eq!(own[0].max_skew, 2);
 }
 
 #[test]
