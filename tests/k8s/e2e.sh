@@ -39,6 +39,24 @@ if have helm; then
         kubernetes-validate --quiet -k "$v" --strict "$CONVEYOR_CACHE/rendered.yaml" "$CONVEYOR_CACHE/rendered-ns.yaml" crds/*.yaml
     done
   else skip "kubernetes-validate missing"; fi
+  # Monitoring (off by default): a PodMonitor for the Conveyor pods and one for the operator,
+  # and the Grafana dashboard in a ConfigMap whose JSON parses. (PodMonitor is a Prometheus
+  # Operator CRD that kubernetes-validate does not know, so it is checked here instead.)
+  monitoring_renders() {
+    helm template conveyor charts/conveyor-operator --namespace conveyor-system \
+      --set metrics.podMonitor.enabled=true --set metrics.dashboard.enabled=true |
+      "$CONVEYOR_CACHE/k8s-tools/venv/bin/python" -c '
+import json, sys, yaml
+docs = [d for d in yaml.safe_load_all(sys.stdin) if d]
+monitors = [d for d in docs if d["kind"] == "PodMonitor"]
+assert len(monitors) == 2, monitors
+assert all(e["port"] == "http" for m in monitors for e in m["spec"]["podMetricsEndpoints"])
+dash = [d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"].endswith("-dashboard")]
+assert dash and dash[0]["metadata"]["labels"]["grafana_dashboard"] == "1", dash
+assert json.loads(dash[0]["data"]["conveyor-dashboard.json"])["panels"]
+'
+  }
+  check "metrics.podMonitor/dashboard render two PodMonitors and the Grafana dashboard ConfigMap" monitoring_renders
   if grep -nE 'verbs:.*"\*"|resources:.*"\*"|pods/exec|"secrets"' "$CONVEYOR_CACHE/rendered.yaml"; then
     bad "RBAC has wildcards, pods/exec or secrets"
   else ok "RBAC: no wildcards, no pods/exec, no secrets"; fi

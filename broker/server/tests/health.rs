@@ -106,6 +106,30 @@ async fn probes_and_metrics() {
         "{body}"
     );
 
+    // Every series the chart's Grafana dashboard queries is one this broker exports (a renamed
+    // metric would leave a panel empty). Only a master with slaves has the slave-lag series.
+    let dashboard = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../charts/conveyor-operator/files/conveyor-dashboard.json"),
+    )
+    .expect("dashboard");
+    let mut queried: Vec<&str> = dashboard
+        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .filter(|w| w.starts_with("rocketmq_") || w.starts_with("conveyor_"))
+        .collect();
+    queried.sort_unstable();
+    queried.dedup();
+    assert!(queried.len() >= 8, "{queried:?}");
+    for name in queried {
+        if name == "conveyor_replication_slave_lag_bytes" {
+            continue;
+        }
+        assert!(
+            body.contains(&format!("# TYPE {name} ")),
+            "the dashboard queries {name}, which /metrics does not export"
+        );
+    }
+
     let (status, _) = http_get(http, "/nope").await.expect("404");
     assert_eq!(status, 404);
 
