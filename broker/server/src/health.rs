@@ -251,20 +251,24 @@ impl HealthState {
             "is_retry",
             "is_system",
         ];
-        if let (Ok(messages), Ok(latency)) = (
-            IntGaugeVec::new(
-                Opts::new(
-                    "rocketmq_consumer_lag_messages",
-                    "Messages stored and not yet consumed by the group.",
-                ),
-                &lag_labels,
+        let lag_gauge =
+            |name: &str, help: &str| IntGaugeVec::new(Opts::new(name, help), &lag_labels);
+        if let (Ok(messages), Ok(latency), Ok(inflight), Ok(ready)) = (
+            lag_gauge(
+                "rocketmq_consumer_lag_messages",
+                "Messages stored and not yet consumed by the group.",
             ),
-            IntGaugeVec::new(
-                Opts::new(
-                    "rocketmq_consumer_lag_latency_milliseconds",
-                    "Age of the oldest message the group has not consumed.",
-                ),
-                &lag_labels,
+            lag_gauge(
+                "rocketmq_consumer_lag_latency_milliseconds",
+                "Age of the oldest message the group has not consumed.",
+            ),
+            lag_gauge(
+                "rocketmq_consumer_inflight_messages",
+                "Messages the group pulled and has not committed yet.",
+            ),
+            lag_gauge(
+                "rocketmq_consumer_ready_messages",
+                "Messages stored and not yet pulled by the group.",
             ),
         ) {
             for l in &lags {
@@ -282,9 +286,14 @@ impl HealthState {
                 latency
                     .with_label_values(&values)
                     .set(l.oldest_store_ms.map_or(0, |t| (now - t).max(0)));
+                inflight.with_label_values(&values).set(l.inflight as i64);
+                ready
+                    .with_label_values(&values)
+                    .set(l.messages.saturating_sub(l.inflight) as i64);
             }
-            let _ = registry.register(Box::new(messages));
-            let _ = registry.register(Box::new(latency));
+            for g in [messages, latency, inflight, ready] {
+                let _ = registry.register(Box::new(g));
+            }
         }
         // The same backlog under rocketmq-exporter's names, which existing Grafana boards
         // and alert rules read. Offsets kept by the broker are clustering consumers' (msgModel

@@ -85,6 +85,23 @@ async fn probes_and_metrics() {
         .unwrap_or_else(|| panic!("no lag latency line for the group: {body}"));
     let age: i64 = latency.rsplit(' ').next().unwrap().parse().unwrap();
     assert!(age >= 0, "{latency}");
+    // The pull from offset 1 handed out one message the group has not committed (its commit
+    // says 1): in flight 1, ready 1 (of the lag of 2).
+    let group_series = |prefix: &str| {
+        body.lines()
+            .find(|l| l.starts_with(prefix) && l.contains("consumer_group=\"CG_metrics\""))
+            .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+    };
+    assert_eq!(
+        group_series("rocketmq_consumer_inflight_messages{"),
+        Some(1.0),
+        "{body}"
+    );
+    assert_eq!(
+        group_series("rocketmq_consumer_ready_messages{"),
+        Some(1.0),
+        "{body}"
+    );
     // Traffic per topic: the three sends in, as plain messages; the pull out, to its group.
     let series = |prefix: &str, label: &str| {
         body.lines()

@@ -5,7 +5,9 @@
 //! oldest message not consumed yet. Every group with offsets is reported whether or not a
 //! consumer is online, so an autoscaler sees the backlog of a group scaled to zero. A queue the
 //! group never committed on counts 0, as in RocketMQ's metric (its admin API's ConsumeStats
-//! counts such a queue's whole content instead).
+//! counts such a queue's whole content instead). Of the lag, what the group pulled and did not
+//! commit yet is in flight (`rocketmq_consumer_inflight_messages`), the rest ready
+//! (`rocketmq_consumer_ready_messages`).
 
 use std::collections::BTreeMap;
 
@@ -26,12 +28,23 @@ pub struct GroupLag {
     pub topic: String,
     /// Messages stored and not consumed yet.
     pub messages: u64,
+    /// Of those, the ones pulled by the group and not committed yet (in flight in its
+    /// consumers); the rest are ready to be pulled.
+    pub inflight: u64,
     /// STORETIMESTAMP of the oldest of them (`None`: no lag, or it is gone).
     pub oldest_store_ms: Option<i64>,
     /// The topic is the group's retry topic.
     pub is_retry: bool,
     /// The topic or the group belongs to the broker itself.
     pub is_system: bool,
+}
+
+/// What one (group, topic) adds up to over its queues.
+#[derive(Default)]
+struct Backlog {
+    messages: u64,
+    inflight: u64,
+    oldest: Option<i64>,
 }
 
 /// RocketMQ's system topics and groups (`TopicValidator.isSystemTopic`,
@@ -52,7 +65,7 @@ pub fn is_system(topic: &str, group: &str) -> bool {
 /// The lag of every (group, topic) with committed offsets, sorted by group then topic. DLQ
 /// topics are left out: nobody consumes them by default.
 pub fn consumer_lag(offsets: &ConsumerOffsetManager, store: &MessageStore) -> Vec<GroupLag> {
-    let mut by: BTreeMap<(String, String), (u64, Option<i64>)> = BTreeMap::new();
+    let mut by: BTreeMap<(String, String), Backlog> = BTreeMap::new();
     for GroupOffsets {
         topic,
         group,
@@ -62,27 +75,32 @@ pub fn consumer_lag(offsets: &ConsumerOffsetManager, store: &MessageStore) -> Ve
         if topic.starts_with(DLQ_GROUP_TOPIC_PREFIX) {
             continue;
         }
-        let entry = by.entry((group, topic.clone())).or_insert((0, None));
+        let entry = by.entry((group.clone(), topic.clone())).or_default();
         for (queue, committed) in queues {
             let end = store.max_offset(&topic, queue);
-            let left = (end - committed.max(0)).max(0);
+            let committed = committed.max(0);
+            let left = (end - committed).max(0);
             if left == 0 {
                 continue;
             }
-            entry.0 += left as u64;
-            if let Some(t) = store.store_time_at(&topic, queue, committed.max(0)) {
-                entry.1 = Some(entry.1.map_or(t, |o| o.min(t)));
+            entry.messages += left as u64;
+            if let Some(pulled) = offsets.pulled(&group, &topic, queue) {
+                entry.inflight += (pulled.min(end) - committed).max(0) as u64;
+            }
+            if let Some(t) = store.store_time_at(&topic, queue, committed) {
+                entry.oldest = Some(entry.oldest.map_or(t, |o| o.min(t)));
             }
         }
     }
     by.into_iter()
-        .map(|((group, topic), (messages, oldest_store_ms))| GroupLag {
+        .map(|((group, topic), b)| GroupLag {
             is_retry: topic.starts_with(RETRY_GROUP_TOPIC_PREFIX),
             is_system: is_system(&topic, &group),
             group,
             topic,
-            messages,
-            oldest_store_ms,
+            messages: b.messages,
+            inflight: b.inflight,
+            oldest_store_ms: b.oldest,
         })
         .collect()
 }

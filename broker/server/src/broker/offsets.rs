@@ -36,6 +36,10 @@ pub struct ConsumerOffsetManager {
     table: Mutex<HashMap<String, HashMap<i32, i64>>>,
     /// Set by every commit, cleared by a successful persist: idle brokers write nothing.
     dirty: AtomicBool,
+    /// `topic@group` → queue id → the next offset the group's latest pull returned
+    /// (RocketMQ's pullOffsetTable: what was handed out but may not be committed yet). Not
+    /// persisted.
+    pulled: Mutex<HashMap<String, HashMap<i32, i64>>>,
 }
 
 fn key(topic: &str, group: &str) -> String {
@@ -56,6 +60,7 @@ impl ConsumerOffsetManager {
             file,
             table: Mutex::new(table),
             dirty: AtomicBool::new(false),
+            pulled: Mutex::new(HashMap::new()),
         })
     }
 
@@ -125,6 +130,28 @@ impl ConsumerOffsetManager {
             }
         }
         out
+    }
+
+    /// A pull of `group` on a queue handed out messages up to `next` (RocketMQ's
+    /// `commitPullOffset`).
+    pub fn record_pull(&self, group: &str, topic: &str, queue_id: i32, next: i64) {
+        self.pulled
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(key(topic, group))
+            .or_default()
+            .insert(queue_id, next);
+    }
+
+    /// The next offset the group's latest pull on a queue returned, if it pulled there since
+    /// the broker started.
+    pub fn pulled(&self, group: &str, topic: &str, queue_id: i32) -> Option<i64> {
+        self.pulled
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&key(topic, group))?
+            .get(&queue_id)
+            .copied()
     }
 
     /// Every `topic@group` with its committed offsets.

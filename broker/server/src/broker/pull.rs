@@ -326,6 +326,9 @@ impl PullMessageProcessor {
                 .await
                 .map_err(|e| read_failed(req, topic, queue_id, offset, &e))?;
             let (code, next) = pull_code(&r, offset);
+            if code == resp::SUCCESS {
+                self.offsets.record_pull(group, topic, queue_id, next);
+            }
             if code == resp::PULL_NOT_FOUND && may_hold && Instant::now() < deadline {
                 let woken = tokio::select! {
                     r = tokio::time::timeout_at(deadline.into(), arrived) => r.is_ok(),
@@ -340,6 +343,9 @@ impl PullMessageProcessor {
                     .await
                     .map_err(|e| read_failed(req, topic, queue_id, offset, &e))?;
                 let (code, next) = pull_code(&r, offset);
+                if code == resp::SUCCESS {
+                    self.offsets.record_pull(group, topic, queue_id, next);
+                }
                 return Ok(self
                     .pull_response(conn, req, topic, &group_cfg, (code, next), &r)
                     .await);
