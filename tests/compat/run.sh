@@ -61,7 +61,7 @@ fail() { echo "FAIL $1: $2"; FAILED=$((FAILED + 1)); REPORTED["$1"]=1; }
 JAVA_SCENARIOS="a:SendReceive b:SplitGroup c:LitePull d:QueryMessage e:TagFilter g:RetryDlq h:DelayLevels \
 i:TimerMessages j:Transactions k:Orderly l:Broadcast"
 GO_SCENARIOS="a:send-receive e:e-tag-filter g:g-retry-dlq h:h-delay-levels l:l-broadcast"
-MQADMIN_CHECKS="clusterList updateTopic topicList topicRoute topicStatus consumerProgress updateBrokerConfig-readOnly getBrokerConfig updateBrokerConfig-readWrite"
+MQADMIN_CHECKS="clusterList updateTopic topicList topicRoute topicStatus consumerProgress updateBrokerConfig-readOnly getBrokerConfig updateBrokerConfig-readWrite wipeWritePerm topicRoute-wiped addWritePerm topicRoute-writable"
 
 # run_program NAME CMD... : runs a test program that prints its own PASS/FAIL line.
 # A program that dies or hangs without printing a result is reported as FAIL NAME.
@@ -287,6 +287,24 @@ run_mqadmin() {
   mqadmin_check "$prefix/getBrokerConfig" 'brokerPermission += *4' -- getBrokerConfig -c "$cluster"
   mqadmin_check "$prefix/updateBrokerConfig-readWrite" 'update broker config success' -- \
     updateBrokerConfig -c "$cluster" -k brokerPermission -v 6
+
+  # A broker group's write permission taken off in the name server and given back (mqadmin's
+  # way to drain a broker): its topics' routes turn read-only, then read-write again.
+  local broker
+  java_cmd "$p" conveyor.compat.Tool broker-name
+  if broker="$("${JAVA_ARGV[@]}" 2>"$LOG_DIR/mqadmin-broker.log")"; then
+    mqadmin_check "$prefix/wipeWritePerm" 'wipe write perm of broker\[.*\] in name server\[.*\] OK, [1-9]' -- \
+      wipeWritePerm -b "$broker"
+    mqadmin_check "$prefix/topicRoute-wiped" '"perm" *: *4' -- topicRoute -t "$topic"
+    mqadmin_check "$prefix/addWritePerm" 'add write perm of broker\[.*\] in name server\[.*\] OK, [1-9]' -- \
+      addWritePerm -b "$broker"
+    mqadmin_check "$prefix/topicRoute-writable" '"perm" *: *6' -- topicRoute -t "$topic"
+  else
+    sed 's/^/  # /' "$LOG_DIR/mqadmin-broker.log" | tail -n 10
+    for c in wipeWritePerm topicRoute-wiped addWritePerm topicRoute-writable; do
+      fail "$prefix/$c" "could not read a broker name from the name server"
+    done
+  fi
 
   # consumerProgress needs a group with committed offsets: use the one scenario (f) left behind.
   group="$(sed -n 's/^group=//p' "$LOG_DIR/resume-$p.state" 2>/dev/null)"

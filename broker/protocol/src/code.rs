@@ -86,6 +86,9 @@ pub mod request_code {
     pub const GET_TOPIC_STATS_INFO: i32 = 202;
     /// Admin → broker: live connections of a consumer group.
     pub const GET_CONSUMER_CONNECTION_LIST: i32 = 203;
+    /// Admin → name server: take the write permission off a broker's topics
+    /// (`mqadmin wipeWritePerm`).
+    pub const WIPE_WRITE_PERM_OF_BROKER: i32 = 205;
     /// Admin → name server: every topic.
     pub const GET_ALL_TOPIC_LIST_FROM_NAMESERVER: i32 = 206;
     /// Admin → broker: delete a subscription group.
@@ -120,6 +123,9 @@ pub mod request_code {
     pub const SEND_REPLY_MESSAGE_V2: i32 = 325;
     /// Broker → client: deliver a reply.
     pub const PUSH_REPLY_MESSAGE_TO_CLIENT: i32 = 326;
+    /// Admin → name server: give a broker's topics their write permission back
+    /// (`mqadmin addWritePerm`).
+    pub const ADD_WRITE_PERM_OF_BROKER: i32 = 327;
     /// Admin → broker: topics a group consumes.
     pub const QUERY_TOPICS_BY_CONSUMER: i32 = 343;
     /// Admin → broker: one topic's config.
@@ -205,6 +211,8 @@ pub mod request_code {
             GET_ALL_SUBSCRIPTIONGROUP_CONFIG => "GET_ALL_SUBSCRIPTIONGROUP_CONFIG",
             GET_TOPIC_STATS_INFO => "GET_TOPIC_STATS_INFO",
             GET_CONSUMER_CONNECTION_LIST => "GET_CONSUMER_CONNECTION_LIST",
+            WIPE_WRITE_PERM_OF_BROKER => "WIPE_WRITE_PERM_OF_BROKER",
+            ADD_WRITE_PERM_OF_BROKER => "ADD_WRITE_PERM_OF_BROKER",
             GET_ALL_TOPIC_LIST_FROM_NAMESERVER => "GET_ALL_TOPIC_LIST_FROM_NAMESERVER",
             DELETE_SUBSCRIPTIONGROUP => "DELETE_SUBSCRIPTIONGROUP",
             GET_CONSUME_STATS => "GET_CONSUME_STATS",

@@ -185,6 +185,18 @@ impl NameServer {
                     topic_list: self.routes().topics_of_cluster(cluster),
                 })
             }
+            rc::WIPE_WRITE_PERM_OF_BROKER => {
+                let name = req.get_str("brokerName").map_err(|e| bad(&e))?;
+                let n = self.routes().wipe_write_perm(name);
+                tracing::warn!(broker = name, topics = n, "write permission wiped");
+                Ok(ok().with_ext("wipeTopicCount", n))
+            }
+            rc::ADD_WRITE_PERM_OF_BROKER => {
+                let name = req.get_str("brokerName").map_err(|e| bad(&e))?;
+                let n = self.routes().add_write_perm(name);
+                tracing::info!(broker = name, topics = n, "write permission added back");
+                Ok(ok().with_ext("addTopicCount", n))
+            }
             rc::DELETE_TOPIC_IN_NAMESRV => {
                 let topic = req.get_str("topic").map_err(|e| bad(&e))?;
                 self.routes().delete_topic(topic);

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::{Duration, Instant};
 
 use conveyor_protocol::route::{
-    BrokerData, ClusterInfo, DataVersion, QueueData, TopicConfig, TopicRouteData, MASTER_ID,
+    perm, BrokerData, ClusterInfo, DataVersion, QueueData, TopicConfig, TopicRouteData, MASTER_ID,
 };
 
 use crate::remoting::ConnectionId;
@@ -58,6 +58,10 @@ pub struct RouteInfo {
     live: HashMap<String, LiveBroker>,
     /// The newest master epoch registered per group.
     master_epochs: HashMap<String, u32>,
+    /// Groups whose write permission an admin took off (`mqadmin wipeWritePerm`): their
+    /// registrations keep coming, but their topics stay read-only here until
+    /// `addWritePerm` (RocketMQ's wipe lasts only until the broker's topics change).
+    wiped: BTreeSet<String>,
 }
 
 /// What a registration returns to the broker.
@@ -115,12 +119,13 @@ impl RouteInfo {
         data.broker_addrs
             .insert(reg.broker_id, reg.broker_addr.clone());
         if reg.broker_id == MASTER_ID {
+            let wiped = self.wiped.contains(&reg.broker_name);
             for t in &reg.topics {
                 self.topics.entry(t.topic_name.clone()).or_default().insert(
                     reg.broker_name.clone(),
                     QueueData {
                         broker_name: reg.broker_name.clone(),
-                        perm: t.perm,
+                        perm: if wiped { t.perm & !perm::WRITE } else { t.perm },
                         read_queue_nums: t.read_queue_nums,
                         write_queue_nums: t.write_queue_nums,
                         topic_sys_flag: t.topic_sys_flag,
@@ -258,6 +263,33 @@ impl RouteInfo {
             .collect()
     }
 
+    /// Takes the write permission off every topic of broker group `broker_name`
+    /// (WIPE_WRITE_PERM_OF_BROKER), and off what it registers later; returns how many topics
+    /// it serves.
+    pub fn wipe_write_perm(&mut self, broker_name: &str) -> usize {
+        self.wiped.insert(broker_name.to_string());
+        self.set_perms(broker_name, |p| p & !perm::WRITE)
+    }
+
+    /// Gives every topic of broker group `broker_name` read and write permission again
+    /// (ADD_WRITE_PERM_OF_BROKER, RocketMQ's `PERM_READ | PERM_WRITE`); returns how many topics
+    /// it serves.
+    pub fn add_write_perm(&mut self, broker_name: &str) -> usize {
+        self.wiped.remove(broker_name);
+        self.set_perms(broker_name, |_| perm::READ_WRITE)
+    }
+
+    fn set_perms(&mut self, broker_name: &str, change: impl Fn(i32) -> i32) -> usize {
+        let mut count = 0;
+        for by_broker in self.topics.values_mut() {
+            if let Some(q) = by_broker.get_mut(broker_name) {
+                q.perm = change(q.perm);
+                count += 1;
+            }
+        }
+        count
+    }
+
     /// Removes a topic everywhere (DELETE_TOPIC_IN_NAMESRV).
     pub fn delete_topic(&mut self, topic: &str) {
         self.topics.remove(topic);
@@ -309,6 +341,41 @@ mod tests {
             r.cluster_info().cluster_addr_table["DefaultCluster"],
             vec!["a", "b"]
         );
+    }
+
+    #[test]
+    fn a_wiped_group_stays_read_only_through_registrations_until_write_is_added_back() {
+        let mut r = RouteInfo::default();
+        let now = Instant::now();
+        r.register(reg("a", "m:1", 0, &[("T1", 4), ("T2", 4)]), now);
+        r.register(reg("b", "n:1", 0, &[("T1", 4)]), now);
+        let perm_of = |r: &RouteInfo, topic: &str, broker: &str| {
+            r.route(topic)
+                .unwrap()
+                .queue_datas
+                .iter()
+                .find(|q| q.broker_name == broker)
+                .unwrap()
+                .perm
+        };
+        assert_eq!(r.wipe_write_perm("a"), 2);
+        assert_eq!(perm_of(&r, "T1", "a"), perm::READ);
+        assert_eq!(
+            perm_of(&r, "T1", "b"),
+            perm::READ_WRITE,
+            "other groups untouched"
+        );
+        r.register(reg("a", "m:1", 0, &[("T1", 4), ("T2", 4)]), now);
+        assert_eq!(
+            perm_of(&r, "T2", "a"),
+            perm::READ,
+            "kept through a registration"
+        );
+        assert_eq!(r.add_write_perm("a"), 2);
+        assert_eq!(perm_of(&r, "T2", "a"), perm::READ_WRITE);
+        r.register(reg("a", "m:1", 0, &[("T1", 4), ("T2", 4)]), now);
+        assert_eq!(perm_of(&r, "T1", "a"), perm::READ_WRITE);
+        assert_eq!(r.wipe_write_perm("nobody"), 0);
     }
 
     #[test]

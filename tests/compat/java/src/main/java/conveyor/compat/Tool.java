@@ -53,6 +53,15 @@ public final class Tool {
                     System.out.println(clusters.iterator().next());
                     break;
                 }
+                case "broker-name": {
+                    // The first broker group of the first cluster.
+                    var info = admin.examineBrokerClusterInfo();
+                    var names = info.getClusterAddrTable().values().stream()
+                        .flatMap(s -> s.stream()).sorted().findFirst();
+                    System.out.println(names.orElseThrow(
+                        () -> new IllegalStateException("name server knows no broker")));
+                    break;
+                }
                 default:
                     throw new IllegalArgumentException("unknown command " + args[0]);
             }
