@@ -565,5 +565,12 @@ pub struct CheckClientRequestBody {
     pub subscription_data: SubscriptionData,
 }
 
+/// A zone name as configured or as sent in `__ZONE_NAME`: trimmed; empty means none. The one
+/// rule for brokers, name servers and consumers.
+pub fn normalize_zone(zone: &str) -> Option<String> {
+    let zone = zone.trim();
+    (!zone.is_empty()).then(|| zone.to_string())
+}
+
 #[cfg(test)]
 mod tests;

@@ -13,6 +13,7 @@ use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
+use crate::broker::stats::Traffic;
 use crate::broker::Broker;
 
 /// The labels RocketMQ 5 puts on every broker series.
@@ -174,70 +175,54 @@ impl HealthState {
             max - b.store().dispatched_offset() as i64,
         );
         // Traffic per topic: in by message type, out by consumer group.
-        let traffic = |name: &str, help: &str, label: &str| {
-            prometheus::IntCounterVec::new(
-                Opts::new(name, help),
-                &[
-                    NODE_LABELS[0],
-                    NODE_LABELS[1],
-                    NODE_LABELS[2],
-                    "topic",
-                    label,
-                ],
-            )
+        let traffic = |kind: &str,
+                       help: &str,
+                       label: &str,
+                       rows: Vec<(String, String, Traffic)>| {
+            let labels = [
+                NODE_LABELS[0],
+                NODE_LABELS[1],
+                NODE_LABELS[2],
+                "topic",
+                label,
+            ];
+            let counter = |name: String, what: &str| {
+                prometheus::IntCounterVec::new(Opts::new(name, format!("{what} {help}")), &labels)
+            };
+            if let (Ok(messages), Ok(bytes)) = (
+                counter(format!("rocketmq_messages_{kind}_total"), "Messages"),
+                counter(
+                    format!("rocketmq_throughput_{kind}_total"),
+                    "Bytes of records",
+                ),
+            ) {
+                for (topic, value, t) in rows {
+                    let values = [
+                        node[0].as_str(),
+                        node[1].as_str(),
+                        node[2].as_str(),
+                        topic.as_str(),
+                        value.as_str(),
+                    ];
+                    messages.with_label_values(&values).inc_by(t.messages);
+                    bytes.with_label_values(&values).inc_by(t.bytes);
+                }
+                let _ = registry.register(Box::new(messages));
+                let _ = registry.register(Box::new(bytes));
+            }
         };
-        if let (Ok(messages), Ok(bytes)) = (
-            traffic(
-                "rocketmq_messages_in_total",
-                "Messages stored, by topic and message type.",
-                "message_type",
-            ),
-            traffic(
-                "rocketmq_throughput_in_total",
-                "Bytes of records stored, by topic and message type.",
-                "message_type",
-            ),
-        ) {
-            for ((topic, kind), t) in b.stats().topics_in() {
-                let values = [
-                    node[0].as_str(),
-                    node[1].as_str(),
-                    node[2].as_str(),
-                    topic.as_str(),
-                    kind.as_str(),
-                ];
-                messages.with_label_values(&values).inc_by(t.messages);
-                bytes.with_label_values(&values).inc_by(t.bytes);
-            }
-            let _ = registry.register(Box::new(messages));
-            let _ = registry.register(Box::new(bytes));
-        }
-        if let (Ok(messages), Ok(bytes)) = (
-            traffic(
-                "rocketmq_messages_out_total",
-                "Messages delivered, by topic and consumer group.",
-                "consumer_group",
-            ),
-            traffic(
-                "rocketmq_throughput_out_total",
-                "Bytes of records delivered, by topic and consumer group.",
-                "consumer_group",
-            ),
-        ) {
-            for ((topic, group), t) in b.stats().topics_out() {
-                let values = [
-                    node[0].as_str(),
-                    node[1].as_str(),
-                    node[2].as_str(),
-                    topic.as_str(),
-                    group.as_str(),
-                ];
-                messages.with_label_values(&values).inc_by(t.messages);
-                bytes.with_label_values(&values).inc_by(t.bytes);
-            }
-            let _ = registry.register(Box::new(messages));
-            let _ = registry.register(Box::new(bytes));
-        }
+        traffic(
+            "in",
+            "stored, by topic and message type.",
+            "message_type",
+            b.stats().topics_in(),
+        );
+        traffic(
+            "out",
+            "delivered, by topic and consumer group.",
+            "consumer_group",
+            b.stats().topics_out(),
+        );
         let lags = crate::broker::lag::consumer_lag(b.offsets(), b.store());
         let now = conveyor_protocol::time::now_ms();
         // Backlog per (group, topic) for every group with offsets, consumers online or not:
@@ -283,9 +268,7 @@ impl HealthState {
                     system.as_str(),
                 ];
                 messages.with_label_values(&values).set(l.messages as i64);
-                latency
-                    .with_label_values(&values)
-                    .set(l.oldest_store_ms.map_or(0, |t| (now - t).max(0)));
+                latency.with_label_values(&values).set(l.age_ms(now));
                 inflight.with_label_values(&values).set(l.inflight as i64);
                 ready
                     .with_label_values(&values)
@@ -322,11 +305,7 @@ impl HealthState {
             ),
         ) {
             for l in &lags {
-                let online = b
-                    .clients()
-                    .consumer_group(&l.group)
-                    .map_or(0, |g| g.channels.len())
-                    .to_string();
+                let online = b.clients().consumer_count(&l.group).to_string();
                 let labels = [l.group.as_str(), l.topic.as_str(), online.as_str(), "1"];
                 let gauge = if l.is_retry { &retry_diff } else { &diff };
                 gauge.with_label_values(&labels).set(l.messages as i64);
@@ -337,7 +316,7 @@ impl HealthState {
                         l.topic.as_str(),
                         l.group.as_str(),
                     ])
-                    .set(l.oldest_store_ms.map_or(0, |t| (now - t).max(0)));
+                    .set(l.age_ms(now));
             }
             let _ = registry.register(Box::new(diff));
             let _ = registry.register(Box::new(retry_diff));

@@ -315,7 +315,7 @@ pub fn app_config(role: Role, settings: Settings) -> Result<AppConfig, SettingsE
             .unwrap_or(d.access_message_in_memory_max_ratio)
             .min(100),
         zone: ZoneSource {
-            fixed: b.zone.filter(|z| !z.trim().is_empty()),
+            fixed: b.zone,
             file: b.zone_file,
         },
         replication: ReplicationConfig::default(),

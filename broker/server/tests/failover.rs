@@ -742,6 +742,19 @@ fn admin(args: &[&str]) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
+/// `conveyor admin promote` of broker `id` in the group (a switchover); what it printed.
+fn promote(controller: &str, id: usize) -> String {
+    admin(&[
+        "promote",
+        "--controller",
+        controller,
+        "--group",
+        GROUP,
+        "--broker-id",
+        &id.to_string(),
+    ])
+}
+
 /// `conveyor admin replication --output json` of the group.
 fn replication_json(controller: &str) -> serde_json::Value {
     serde_json::from_str(&admin(&[
@@ -776,15 +789,7 @@ async fn a_controlled_switchover_moves_the_master_without_loss() {
     assert_eq!(status["replicas"].as_array().unwrap().len(), 2, "{status}");
 
     let new = 1 - old;
-    let printed = admin(&[
-        "promote",
-        "--controller",
-        &controller,
-        "--group",
-        GROUP,
-        "--broker-id",
-        &new.to_string(),
-    ]);
+    let printed = promote(&controller, new);
     assert!(
         printed.contains(&format!("broker {new} is master")),
         "{printed}"
@@ -1048,15 +1053,7 @@ async fn a_switchover_under_asynchronous_replication_loses_no_acknowledged_messa
         let what = format!("switchover {round}");
         let old = producers.in_sync_with_traffic(&cluster, 200, &what).await;
         let new = 1 - old;
-        let printed = admin(&[
-            "promote",
-            "--controller",
-            &controller,
-            "--group",
-            GROUP,
-            "--broker-id",
-            &new.to_string(),
-        ]);
+        let printed = promote(&controller, new);
         assert!(
             printed.contains(&format!("broker {new} is master")),
             "{printed}"
@@ -1342,15 +1339,7 @@ async fn a_switchover_fails_no_send_made_to_the_old_master() {
             answers
         }
     });
-    admin(&[
-        "promote",
-        "--controller",
-        &controller,
-        "--group",
-        GROUP,
-        "--broker-id",
-        &new.to_string(),
-    ]);
+    promote(&controller, new);
     // Until the old master follows the new one again, and a little after.
     let deadline = Instant::now() + DEADLINE;
     while cluster.in_sync().await.len() < 2 {

@@ -16,6 +16,18 @@ fn metric(text: &str, name: &str) -> Option<f64> {
         .and_then(|v| v.parse().ok())
 }
 
+/// The values of every `name{...}` series whose labels include all of `labels`.
+fn series(text: &str, name: &str, labels: &[&str]) -> Vec<f64> {
+    text.lines()
+        .filter(|l| {
+            l.strip_prefix(name)
+                .is_some_and(|rest| rest.starts_with('{'))
+                && labels.iter().all(|label| l.contains(label))
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse().ok())
+        .collect()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn probes_and_metrics() {
     let mut server = TestServer::start().await;
@@ -64,62 +76,48 @@ async fn probes_and_metrics() {
     let (_, body) = http_get(http, "/metrics").await.expect("metrics");
     let after = metric(&body, "conveyor_messages_in_total").expect("value");
     assert!(after >= before + 3.0, "{before} -> {after}");
-    let lag = body
-        .lines()
-        .find(|l| {
-            l.starts_with("rocketmq_consumer_lag_messages{")
-                && l.contains("consumer_group=\"CG_metrics\"")
-                && l.contains("topic=\"Metered\"")
-                && l.contains("node_type=\"broker\"")
-                && l.contains("is_retry=\"false\"")
-                && l.contains("is_system=\"false\"")
-        })
-        .unwrap_or_else(|| panic!("no lag line for the group: {body}"));
-    assert!(lag.ends_with(" 2"), "{lag}");
-    let latency = body
-        .lines()
-        .find(|l| {
-            l.starts_with("rocketmq_consumer_lag_latency_milliseconds{")
-                && l.contains("consumer_group=\"CG_metrics\"")
-        })
-        .unwrap_or_else(|| panic!("no lag latency line for the group: {body}"));
-    let age: i64 = latency.rsplit(' ').next().unwrap().parse().unwrap();
-    assert!(age >= 0, "{latency}");
+    let lag_labels = [
+        "consumer_group=\"CG_metrics\"",
+        "topic=\"Metered\"",
+        "node_type=\"broker\"",
+        "is_retry=\"false\"",
+        "is_system=\"false\"",
+    ];
+    assert_eq!(
+        series(&body, "rocketmq_consumer_lag_messages", &lag_labels),
+        [2.0],
+        "{body}"
+    );
+    let age = series(
+        &body,
+        "rocketmq_consumer_lag_latency_milliseconds",
+        &lag_labels,
+    );
+    assert!(age.len() == 1 && age[0] >= 0.0, "{body}");
     // The pull from offset 1 handed out one message the group has not committed (its commit
     // says 1): in flight 1, ready 1 (of the lag of 2).
-    let group_series = |prefix: &str| {
-        body.lines()
-            .find(|l| l.starts_with(prefix) && l.contains("consumer_group=\"CG_metrics\""))
-            .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-    };
-    assert_eq!(
-        group_series("rocketmq_consumer_inflight_messages{"),
-        Some(1.0),
-        "{body}"
-    );
-    assert_eq!(
-        group_series("rocketmq_consumer_ready_messages{"),
-        Some(1.0),
-        "{body}"
-    );
+    for name in [
+        "rocketmq_consumer_inflight_messages",
+        "rocketmq_consumer_ready_messages",
+    ] {
+        assert_eq!(series(&body, name, &lag_labels), [1.0], "{name}: {body}");
+    }
     // Traffic per topic: the three sends in, as plain messages; the pull out, to its group.
-    let series = |prefix: &str, label: &str| {
-        body.lines()
-            .find(|l| l.starts_with(prefix) && l.contains("topic=\"Metered\"") && l.contains(label))
-            .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-    };
+    let normal = ["topic=\"Metered\"", "message_type=\"Normal\""];
     assert_eq!(
-        series("rocketmq_messages_in_total{", "message_type=\"Normal\""),
-        Some(3.0),
+        series(&body, "rocketmq_messages_in_total", &normal),
+        [3.0],
         "{body}"
     );
-    assert!(series("rocketmq_throughput_in_total{", "message_type=\"Normal\"") > Some(0.0));
+    let bytes = series(&body, "rocketmq_throughput_in_total", &normal);
+    assert!(bytes.len() == 1 && bytes[0] > 0.0, "{body}");
     assert_eq!(
         series(
-            "rocketmq_messages_out_total{",
-            "consumer_group=\"CG_metrics\""
+            &body,
+            "rocketmq_messages_out_total",
+            &["topic=\"Metered\"", "consumer_group=\"CG_metrics\""]
         ),
-        Some(1.0),
+        [1.0],
         "{body}"
     );
 
@@ -247,25 +245,20 @@ async fn the_lag_metric_equals_the_admin_backlog_with_no_consumer_online() {
         .expect("consumer progress");
     assert_eq!(progress.total_diff, 40 - (3 + 6 + 9));
     let (_, body) = http_get(http, "/metrics").await.expect("metrics");
-    let sum: f64 = body
-        .lines()
-        .filter(|l| {
-            l.starts_with("rocketmq_consumer_lag_messages{")
-                && l.contains("consumer_group=\"CG_backlog\"")
-                && l.contains("is_retry=\"false\"")
-        })
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum();
+    let sum: f64 = series(
+        &body,
+        "rocketmq_consumer_lag_messages",
+        &["consumer_group=\"CG_backlog\"", "is_retry=\"false\""],
+    )
+    .iter()
+    .sum();
     assert_eq!(sum, progress.total_diff as f64, "{body}");
     // rocketmq-exporter's name for the same backlog (no consumer online).
-    let diff = body
-        .lines()
-        .find(|l| {
-            l.starts_with("rocketmq_group_diff{")
-                && l.contains("group=\"CG_backlog\"")
-                && l.contains("countOfOnlineConsumers=\"0\"")
-        })
-        .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok());
-    assert_eq!(diff, Some(progress.total_diff as f64), "{body}");
+    let diff = series(
+        &body,
+        "rocketmq_group_diff",
+        &["group=\"CG_backlog\"", "countOfOnlineConsumers=\"0\""],
+    );
+    assert_eq!(diff, [progress.total_diff as f64], "{body}");
     server.stop().await;
 }

@@ -67,7 +67,23 @@ pub fn address(pod_ip: &str) -> String {
     format!("{pod_ip}:{BROKER_PORT}")
 }
 
+/// A body that is not what RocketMQ sends.
+fn malformed(addr: &str, why: String) -> BrokerCallError {
+    BrokerCallError::Malformed {
+        addr: addr.to_string(),
+        why,
+    }
+}
+
 impl Brokers {
+    /// The JSON body of the answer to a request `code` without fields.
+    async fn json(&self, addr: &str, code: i32) -> Result<serde_json::Value, BrokerCallError> {
+        let r = self
+            .call(addr, RemotingCommand::request(code, Default::default()))
+            .await?;
+        serde_json::from_slice(&r.body).map_err(|e| malformed(addr, e.to_string()))
+    }
+
     async fn call(
         &self,
         addr: &str,
@@ -104,18 +120,8 @@ impl Brokers {
         &self,
         addr: &str,
     ) -> Result<std::collections::BTreeMap<String, u64>, BrokerCallError> {
-        let malformed = |why: String| BrokerCallError::Malformed {
-            addr: addr.to_string(),
-            why,
-        };
-        let r = self
-            .call(
-                addr,
-                RemotingCommand::request(rc::GET_BROKER_RUNTIME_INFO, Default::default()),
-            )
-            .await?;
-        let body: serde_json::Value =
-            serde_json::from_slice(&r.body).map_err(|e| malformed(e.to_string()))?;
+        let malformed = |why: String| malformed(addr, why);
+        let body = self.json(addr, rc::GET_BROKER_RUNTIME_INFO).await?;
         let mut parked = std::collections::BTreeMap::new();
         for (key, kind) in [
             ("delayedMessagesPending", "delayed"),
@@ -144,18 +150,8 @@ impl Brokers {
         &self,
         addr: &str,
     ) -> Result<std::collections::BTreeMap<String, u64>, BrokerCallError> {
-        let malformed = |why: String| BrokerCallError::Malformed {
-            addr: addr.to_string(),
-            why,
-        };
-        let r = self
-            .call(
-                addr,
-                RemotingCommand::request(rc::GET_ALL_CONSUMER_OFFSET, Default::default()),
-            )
-            .await?;
-        let body: serde_json::Value =
-            serde_json::from_slice(&r.body).map_err(|e| malformed(e.to_string()))?;
+        let malformed = |why: String| malformed(addr, why);
+        let body = self.json(addr, rc::GET_ALL_CONSUMER_OFFSET).await?;
         let table = body
             .get("offsetTable")
             .and_then(|t| t.as_object())

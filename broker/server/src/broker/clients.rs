@@ -246,6 +246,14 @@ impl ClientManager {
         self.lock().consumers.get(group).cloned()
     }
 
+    /// How many consumers of `group` are online (0 for a group never seen).
+    pub fn consumer_count(&self, group: &str) -> usize {
+        self.lock()
+            .consumers
+            .get(group)
+            .map_or(0, |g| g.channels.len())
+    }
+
     /// The group's subscription to `topic`, if a heartbeat registered one.
     pub fn subscription(&self, group: &str, topic: &str) -> Option<SubscriptionData> {
         self.lock()

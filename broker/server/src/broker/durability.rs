@@ -60,6 +60,12 @@ impl Durability {
         sync_flush(&self.store) || self.replication.is_sync()
     }
 
+    /// The write permit of the delay, timer and transaction services, `None` once this
+    /// broker is no longer master (see [`Replication::own_write_permit`]).
+    pub async fn own_write_permit(&self) -> Option<tokio::sync::RwLockReadGuard<'_, ()>> {
+        self.replication.own_write_permit().await
+    }
+
     /// True when the store uses SYNC_FLUSH.
     pub fn sync_flush(&self) -> bool {
         sync_flush(&self.store)

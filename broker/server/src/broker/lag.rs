@@ -9,8 +9,6 @@
 //! commit yet is in flight (`rocketmq_consumer_inflight_messages`), the rest ready
 //! (`rocketmq_consumer_ready_messages`).
 
-use std::collections::BTreeMap;
-
 use conveyor_store::MessageStore;
 
 use super::offsets::{ConsumerOffsetManager, GroupOffsets};
@@ -39,12 +37,11 @@ pub struct GroupLag {
     pub is_system: bool,
 }
 
-/// What one (group, topic) adds up to over its queues.
-#[derive(Default)]
-struct Backlog {
-    messages: u64,
-    inflight: u64,
-    oldest: Option<i64>,
+impl GroupLag {
+    /// Age in ms of the oldest message not consumed at `now_ms` (0 without lag).
+    pub fn age_ms(&self, now_ms: i64) -> i64 {
+        self.oldest_store_ms.map_or(0, |t| (now_ms - t).max(0))
+    }
 }
 
 /// RocketMQ's system topics and groups (`TopicValidator.isSystemTopic`,
@@ -65,44 +62,47 @@ pub fn is_system(topic: &str, group: &str) -> bool {
 /// The lag of every (group, topic) with committed offsets, sorted by group then topic. DLQ
 /// topics are left out: nobody consumes them by default.
 pub fn consumer_lag(offsets: &ConsumerOffsetManager, store: &MessageStore) -> Vec<GroupLag> {
-    let mut by: BTreeMap<(String, String), Backlog> = BTreeMap::new();
-    for GroupOffsets {
-        topic,
-        group,
-        queues,
-    } in offsets.entries()
-    {
-        if topic.starts_with(DLQ_GROUP_TOPIC_PREFIX) {
-            continue;
-        }
-        let entry = by.entry((group.clone(), topic.clone())).or_default();
-        for (queue, committed) in queues {
-            let end = store.max_offset(&topic, queue);
-            let committed = committed.max(0);
-            let left = (end - committed).max(0);
-            if left == 0 {
-                continue;
-            }
-            entry.messages += left as u64;
-            if let Some(pulled) = offsets.pulled(&group, &topic, queue) {
-                entry.inflight += (pulled.min(end) - committed).max(0) as u64;
-            }
-            if let Some(t) = store.store_time_at(&topic, queue, committed) {
-                entry.oldest = Some(entry.oldest.map_or(t, |o| o.min(t)));
-            }
-        }
-    }
-    by.into_iter()
-        .map(|((group, topic), b)| GroupLag {
-            is_retry: topic.starts_with(RETRY_GROUP_TOPIC_PREFIX),
-            is_system: is_system(&topic, &group),
-            group,
-            topic,
-            messages: b.messages,
-            inflight: b.inflight,
-            oldest_store_ms: b.oldest,
-        })
-        .collect()
+    // Offsets are kept once per topic@group, so each entry is one (group, topic) row.
+    let mut lags: Vec<GroupLag> = offsets
+        .entries()
+        .into_iter()
+        .filter(|e| !e.topic.starts_with(DLQ_GROUP_TOPIC_PREFIX))
+        .map(
+            |GroupOffsets {
+                 topic,
+                 group,
+                 queues,
+             }| {
+                let mut lag = GroupLag {
+                    is_retry: topic.starts_with(RETRY_GROUP_TOPIC_PREFIX),
+                    is_system: is_system(&topic, &group),
+                    messages: 0,
+                    inflight: 0,
+                    oldest_store_ms: None,
+                    group,
+                    topic,
+                };
+                for (queue, committed) in queues {
+                    let end = store.max_offset(&lag.topic, queue);
+                    let committed = committed.max(0);
+                    let left = (end - committed).max(0);
+                    if left == 0 {
+                        continue;
+                    }
+                    lag.messages += left as u64;
+                    if let Some(pulled) = offsets.pulled(&lag.group, &lag.topic, queue) {
+                        lag.inflight += (pulled.min(end) - committed).max(0) as u64;
+                    }
+                    if let Some(t) = store.store_time_at(&lag.topic, queue, committed) {
+                        lag.oldest_store_ms = Some(lag.oldest_store_ms.map_or(t, |o| o.min(t)));
+                    }
+                }
+                lag
+            },
+        )
+        .collect();
+    lags.sort_by(|a, b| (&a.group, &a.topic).cmp(&(&b.group, &b.topic)));
+    lags
 }
 
 #[cfg(test)]

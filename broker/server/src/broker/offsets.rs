@@ -36,11 +36,15 @@ pub struct ConsumerOffsetManager {
     table: Mutex<HashMap<String, HashMap<i32, i64>>>,
     /// Set by every commit, cleared by a successful persist: idle brokers write nothing.
     dirty: AtomicBool,
-    /// `topic@group` → queue id → the next offset the group's latest pull returned
+    /// group → topic → queue id → the next offset the group's latest pull returned
     /// (RocketMQ's pullOffsetTable: what was handed out but may not be committed yet). Not
-    /// persisted.
-    pulled: Mutex<HashMap<String, HashMap<i32, i64>>>,
+    /// persisted. Nested so that the pull path looks it up by `&str` and allocates only for
+    /// a group or topic it has not seen.
+    pulled: Mutex<HashMap<String, PulledByTopic>>,
 }
+
+/// One group's pull offsets: topic → queue id → next offset.
+type PulledByTopic = HashMap<String, HashMap<i32, i64>>;
 
 fn key(topic: &str, group: &str) -> String {
     format!("{topic}@{group}")
@@ -135,12 +139,19 @@ impl ConsumerOffsetManager {
     /// A pull of `group` on a queue handed out messages up to `next` (RocketMQ's
     /// `commitPullOffset`).
     pub fn record_pull(&self, group: &str, topic: &str, queue_id: i32, next: i64) {
-        self.pulled
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .entry(key(topic, group))
-            .or_default()
-            .insert(queue_id, next);
+        let mut pulled = self.pulled.lock().unwrap_or_else(|e| e.into_inner());
+        if !pulled.contains_key(group) {
+            pulled.insert(group.to_string(), HashMap::new());
+        }
+        let Some(topics) = pulled.get_mut(group) else {
+            return;
+        };
+        if !topics.contains_key(topic) {
+            topics.insert(topic.to_string(), HashMap::new());
+        }
+        if let Some(queues) = topics.get_mut(topic) {
+            queues.insert(queue_id, next);
+        }
     }
 
     /// The next offset the group's latest pull on a queue returned, if it pulled there since
@@ -149,7 +160,8 @@ impl ConsumerOffsetManager {
         self.pulled
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .get(&key(topic, group))?
+            .get(group)?
+            .get(topic)?
             .get(&queue_id)
             .copied()
     }

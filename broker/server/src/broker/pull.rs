@@ -11,7 +11,7 @@ use bytes::BytesMut;
 use conveyor_protocol::code::response_code as resp;
 use conveyor_protocol::command::RemotingCommand;
 use conveyor_protocol::header::PullMessageHeader;
-use conveyor_protocol::route::{perm, EXPRESSION_TYPE_SQL92, MASTER_ID, ZONE_NAME};
+use conveyor_protocol::route::{normalize_zone, perm, EXPRESSION_TYPE_SQL92, MASTER_ID, ZONE_NAME};
 use conveyor_store::{GetResult, GetStatus, MessageStore, StoreError};
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
@@ -104,8 +104,7 @@ impl SlaveReads {
 /// The zone a consumer says it runs in: RocketMQ 5's Java client adds `__ZONE_NAME` to every
 /// request when `ROCKETMQ_ZONE` (or `-Drocketmq.zone`) is set.
 pub fn consumer_zone(req: &RemotingCommand) -> Option<String> {
-    req.get_str_opt(ZONE_NAME)
-        .and_then(crate::ha::zones::normalize)
+    req.get_str_opt(ZONE_NAME).and_then(normalize_zone)
 }
 
 /// The PULL response code and next offset for a store result (the mapping table of §6.5).
@@ -343,15 +342,12 @@ impl PullMessageProcessor {
                     .await
                     .map_err(|e| read_failed(req, topic, queue_id, offset, &e))?;
                 let (code, next) = pull_code(&r, offset);
-                if code == resp::SUCCESS {
-                    self.offsets.record_pull(group, topic, queue_id, next);
-                }
                 return Ok(self
-                    .pull_response(conn, req, topic, &group_cfg, (code, next), &r)
+                    .pull_response(conn, req, &h, &group_cfg, (code, next), &r)
                     .await);
             }
             return Ok(self
-                .pull_response(conn, req, topic, &group_cfg, (code, next), &r)
+                .pull_response(conn, req, &h, &group_cfg, (code, next), &r)
                 .await);
         }
     }
@@ -406,14 +402,14 @@ impl PullMessageProcessor {
         }
     }
 
-    /// The answer to a pull. The records are copied into the body only once the connection's
-    /// response budget has room for them (a consumer that stops reading cannot make the
-    /// broker hold its pulls in memory).
+    /// The answer to pull `h`. The records are copied into the body only once the
+    /// connection's response budget has room for them (a consumer that stops reading cannot
+    /// make the broker hold its pulls in memory).
     async fn pull_response(
         &self,
         conn: &Connection,
         req: &RemotingCommand,
-        topic: &str,
+        h: &PullMessageHeader,
         group: &SubscriptionGroupConfig,
         (code, next): (i32, i64),
         r: &GetResult,
@@ -452,7 +448,10 @@ impl PullMessageProcessor {
             }
             response.body = body.freeze();
             self.stats
-                .record_out(topic, &group.group_name, r.messages.len(), total);
+                .record_out(&h.topic, &group.group_name, r.messages.len(), total);
+            // What the group now has in flight (RocketMQ's pull offset).
+            self.offsets
+                .record_pull(&group.group_name, &h.topic, h.queue_id, next);
         }
         response
     }

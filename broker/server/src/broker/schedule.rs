@@ -207,6 +207,10 @@ impl ScheduleMessageService {
             let arrived = notifier.notified();
             tokio::pin!(arrived);
             arrived.as_mut().enable();
+            let Some(permit) = self.durability.own_write_permit().await else {
+                // No longer master: the service is being stopped.
+                return shutdown.cancelled().await;
+            };
             let mut offset = self.progress.get(level);
             let r =
                 self.store
@@ -237,6 +241,7 @@ impl ScheduleMessageService {
                 offset = offset.max(r.next_begin_offset.min(max));
             }
             self.progress.set(level, offset);
+            drop(permit);
             let wait = match head_due_in {
                 Some(w) => w,
                 // Delivered a full batch: more may be due right now.

@@ -75,6 +75,26 @@ impl Traffic {
     }
 }
 
+/// The entry of `key` in `map`, created the first time only (looked up by `&str`, so the
+/// common case allocates nothing).
+fn traffic_of<'a, V: Default>(map: &'a mut HashMap<String, V>, key: &str) -> &'a mut V {
+    if !map.contains_key(key) {
+        map.insert(key.to_string(), V::default());
+    }
+    map.get_mut(key).expect("inserted above")
+}
+
+/// (topic, second key as a label, traffic) rows of a two-level map.
+fn flatten<K>(
+    map: &HashMap<String, HashMap<K, Traffic>>,
+    label: impl Fn(&K) -> String,
+) -> Vec<(String, String, Traffic)> {
+    let label = &label;
+    map.iter()
+        .flat_map(|(topic, by)| by.iter().map(move |(k, t)| (topic.clone(), label(k), *t)))
+        .collect()
+}
+
 /// Messages and bytes in and out since the broker started.
 #[derive(Debug, Default)]
 pub struct BrokerStats {
@@ -86,10 +106,12 @@ pub struct BrokerStats {
     messages_out: AtomicU64,
     /// Bytes of the records returned by pulls.
     bytes_out: AtomicU64,
-    /// Stored, by topic and message type (bounded by the topic table's limit).
-    topics_in: Mutex<HashMap<(String, MessageType), Traffic>>,
-    /// Delivered, by topic and consumer group (bounded by the topic and group limits).
-    topics_out: Mutex<HashMap<(String, String), Traffic>>,
+    /// Stored, by topic, then by message type (bounded by the topic table's limit). Nested
+    /// maps so that the send path looks a topic up by `&str`: no key is allocated but the
+    /// first time a topic is seen.
+    topics_in: Mutex<HashMap<String, HashMap<MessageType, Traffic>>>,
+    /// Delivered, by topic, then by consumer group (bounded by the topic and group limits).
+    topics_out: Mutex<HashMap<String, HashMap<String, Traffic>>>,
 }
 
 /// The counters at one moment.
@@ -112,13 +134,10 @@ impl BrokerStats {
             .fetch_add(messages as u64, Ordering::Relaxed);
         self.bytes_in.fetch_add(bytes as u64, Ordering::Relaxed);
         let mut topics = self.topics_in.lock().unwrap_or_else(|e| e.into_inner());
-        match topics.get_mut(&(topic.to_string(), kind)) {
-            Some(t) => t.add(messages, bytes),
-            None => topics
-                .entry((topic.to_string(), kind))
-                .or_default()
-                .add(messages, bytes),
-        }
+        traffic_of(&mut topics, topic)
+            .entry(kind)
+            .or_default()
+            .add(messages, bytes);
     }
 
     /// Counts messages of `topic` delivered to `group` by one pull.
@@ -127,22 +146,19 @@ impl BrokerStats {
             .fetch_add(messages as u64, Ordering::Relaxed);
         self.bytes_out.fetch_add(bytes as u64, Ordering::Relaxed);
         let mut topics = self.topics_out.lock().unwrap_or_else(|e| e.into_inner());
-        topics
-            .entry((topic.to_string(), group.to_string()))
-            .or_default()
-            .add(messages, bytes);
+        traffic_of(traffic_of(&mut topics, topic), group).add(messages, bytes);
     }
 
-    /// Stored traffic by (topic, message type).
-    pub fn topics_in(&self) -> Vec<((String, MessageType), Traffic)> {
+    /// Stored traffic as (topic, message type, traffic).
+    pub fn topics_in(&self) -> Vec<(String, String, Traffic)> {
         let topics = self.topics_in.lock().unwrap_or_else(|e| e.into_inner());
-        topics.iter().map(|(k, v)| (k.clone(), *v)).collect()
+        flatten(&topics, |kind| kind.as_str().to_string())
     }
 
-    /// Delivered traffic by (topic, consumer group).
-    pub fn topics_out(&self) -> Vec<((String, String), Traffic)> {
+    /// Delivered traffic as (topic, consumer group, traffic).
+    pub fn topics_out(&self) -> Vec<(String, String, Traffic)> {
         let topics = self.topics_out.lock().unwrap_or_else(|e| e.into_inner());
-        topics.iter().map(|(k, v)| (k.clone(), *v)).collect()
+        flatten(&topics, String::clone)
     }
 
     /// The current values.
@@ -193,35 +209,26 @@ mod tests {
         let s = stats.snapshot();
         assert_eq!((s.messages_in, s.bytes_in, s.messages_out), (4, 350, 3));
         let mut by_type = stats.topics_in();
-        by_type.sort_by_key(|(k, _)| k.1);
+        by_type.sort_by(|a, b| a.1.cmp(&b.1));
+        let traffic = |messages, bytes| Traffic { messages, bytes };
         assert_eq!(
             by_type,
             vec![
                 (
-                    ("T".into(), MessageType::Normal),
-                    Traffic {
-                        messages: 3,
-                        bytes: 300
-                    }
+                    "T".into(),
+                    MessageType::Delay.as_str().into(),
+                    traffic(1, 50)
                 ),
                 (
-                    ("T".into(), MessageType::Delay),
-                    Traffic {
-                        messages: 1,
-                        bytes: 50
-                    }
+                    "T".into(),
+                    MessageType::Normal.as_str().into(),
+                    traffic(3, 300)
                 ),
             ]
         );
         assert_eq!(
             stats.topics_out(),
-            vec![(
-                ("T".into(), "g".into()),
-                Traffic {
-                    messages: 3,
-                    bytes: 300
-                }
-            )]
+            vec![("T".into(), "g".into(), traffic(3, 300))]
         );
     }
 }

@@ -275,7 +275,13 @@ impl TimerMessageService {
             tokio::pin!(arrived);
             arrived.as_mut().enable();
             self.scan_timers();
+            let Some(permit) = self.durability.own_write_permit().await else {
+                // No longer master: the service is being stopped.
+                shutdown.cancelled().await;
+                break;
+            };
             let next_due = self.deliver_due_timers();
+            drop(permit);
             if last_persist.elapsed() >= Duration::from_secs(1) {
                 self.persist_timers().await;
                 last_persist = tokio::time::Instant::now();

@@ -559,7 +559,12 @@ impl TransactionalMessageService {
         let tick = Duration::from_millis(self.policy.timeout_ms.clamp(100, 1000) as u64);
         loop {
             self.scan();
+            let Some(permit) = self.durability.own_write_permit().await else {
+                // No longer master: the service is being stopped.
+                return shutdown.cancelled().await;
+            };
             self.check();
+            drop(permit);
             let snapshot = self.snapshot();
             // Progress is written only once what it counts as decided is durable.
             if self.durability.wait_all().await {

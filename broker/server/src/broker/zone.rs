@@ -8,7 +8,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use crate::ha::zones::normalize;
+use conveyor_protocol::route::normalize_zone as normalize;
 
 /// Where the zone is read from.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]

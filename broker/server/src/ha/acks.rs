@@ -35,6 +35,13 @@ pub struct SlaveProgress {
     pub acked: u64,
 }
 
+impl SlaveProgress {
+    /// Connected and holding the log below `end`: caught up with a master whose end it is.
+    pub fn holds(&self, end: u64) -> bool {
+        self.connection.is_some() && self.acked >= end
+    }
+}
+
 /// Which slaves must hold a record before it is confirmed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Requirement {
@@ -229,6 +236,14 @@ impl ReplicaAcks {
             .slaves
             .get(&broker_id)
             .is_some_and(|s| self.is_available(s, master_end))
+    }
+
+    /// Slave `broker_id` is connected and holds the log below `end`.
+    pub fn holds(&self, broker_id: i64, end: u64) -> bool {
+        self.lock()
+            .slaves
+            .get(&broker_id)
+            .is_some_and(|s| s.holds(end))
     }
 
     /// The slaves known (connected or last seen), by broker id.

@@ -132,13 +132,7 @@ async fn hand_off(repl: &Arc<Replication>, client: &RemotingClient, controller: 
         return;
     };
     let end = repl.store.commit_log_max_offset();
-    let caught_up = || {
-        repl.acks
-            .slaves()
-            .iter()
-            .any(|s| s.broker_id == target && s.connection.is_some() && s.acked >= end)
-    };
-    while !caught_up() {
+    while !repl.acks.holds(target, end) {
         if started.elapsed() >= HAND_OFF_LIMIT {
             tracing::warn!(
                 target,
@@ -300,14 +294,15 @@ async fn keep_in_sync(
     let caught_up = |id: i64| {
         slaves
             .iter()
-            .any(|s| s.broker_id == id && s.connection.is_some() && s.acked >= keeper.last_end)
+            .any(|s| s.broker_id == id && s.holds(keeper.last_end))
     };
     let mut desired = set.clone();
-    for s in &slaves {
-        if s.connection.is_some() && caught_up(s.broker_id) {
-            desired.insert(s.broker_id);
-        }
-    }
+    desired.extend(
+        slaves
+            .iter()
+            .filter(|s| s.holds(keeper.last_end))
+            .map(|s| s.broker_id),
+    );
     // A member whose stream closed (a slave restarted, stopped or killed) is dropped at once,
     // as RocketMQ's AutoSwitchHAService does when a connection goes: otherwise every
     // synchronous send would wait for it, and time out, until it counted as behind for

@@ -219,7 +219,7 @@ async fn receive_acks(
             Frame::Ack { offset, zone } => {
                 if let Some(zone) = zone {
                     repl.zones
-                        .set_slave(broker_id, super::zones::normalize(&zone));
+                        .set_slave(broker_id, conveyor_protocol::route::normalize_zone(&zone));
                 }
                 if offset > repl.store.commit_log_max_offset() {
                     return Err(HaError::Protocol(format!(

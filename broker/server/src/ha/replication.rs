@@ -275,6 +275,16 @@ impl Replication {
         self.writes.read().await
     }
 
+    /// The write permit for the broker's own writers (the delay, timer and transaction
+    /// services), if this broker is still master once it holds it. A hand-over holds writes
+    /// while the target catches up with the end it measured: a delivery appended meanwhile
+    /// would lie past that end, be cut from the log, and could be skipped by the new master
+    /// if the delivery progress reached it. `None`: the role changed; the service stops.
+    pub async fn own_write_permit(&self) -> Option<tokio::sync::RwLockReadGuard<'_, ()>> {
+        let permit = self.writes.read().await;
+        self.is_master().then_some(permit)
+    }
+
     /// As a slave: true while its replication stream from the master is up.
     pub fn is_following(&self) -> bool {
         self.following.load(Ordering::Acquire)

@@ -265,13 +265,12 @@ async fn acknowledge(
 ) -> Result<(), HaError> {
     let silent = repl.config.housekeeping_interval();
     let mut zone = repl.zones.own_changes();
-    // The zone this connection's master was told (a new connection has told it none).
-    let mut told: Option<String> = None;
+    // The zone to tell the master with the next ack: a new connection has told it none, so
+    // this broker's zone if known; then each change ("" when the zone is gone).
+    let mut zone_news: Option<String> = zone.borrow_and_update().clone();
     let mut acked = None;
     loop {
         let end = *held.borrow_and_update();
-        let current = zone.borrow_and_update().clone();
-        let zone_news = (current != told).then(|| current.clone().unwrap_or_default());
         if acked != Some(end) || zone_news.is_some() {
             if acked != Some(end)
                 && repl.config.slave_ack == SlaveAck::Flush
@@ -283,11 +282,10 @@ async fn acknowledge(
             }
             let frame = Frame::Ack {
                 offset: end,
-                zone: zone_news,
+                zone: zone_news.take(),
             };
             write_frame(wr, &frame, silent).await?;
             acked = Some(end);
-            told = current;
         }
         tokio::select! {
             changed = held.changed() => {
@@ -295,7 +293,9 @@ async fn acknowledge(
                     return Ok(());
                 }
             }
-            Ok(()) = zone.changed() => {}
+            Ok(()) = zone.changed() => {
+                zone_news = Some(zone.borrow_and_update().clone().unwrap_or_default());
+            }
             _ = tokio::time::sleep(repl.config.heartbeat_interval()) => {
                 write_frame(wr, &Frame::Ack { offset: end, zone: None }, silent).await?;
             }

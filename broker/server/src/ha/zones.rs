@@ -20,12 +20,6 @@ pub struct Zones {
     slaves: Mutex<HashMap<i64, String>>,
 }
 
-/// A zone name as configured: trimmed; empty means none.
-pub fn normalize(zone: &str) -> Option<String> {
-    let zone = zone.trim();
-    (!zone.is_empty()).then(|| zone.to_string())
-}
-
 impl Zones {
     /// Zones starting with this broker's `own`.
     pub fn new(own: Option<String>) -> Self {
@@ -79,12 +73,6 @@ impl Zones {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_zone_is_trimmed_and_an_empty_one_is_none() {
-        assert_eq!(normalize("  eu-1a\n"), Some("eu-1a".into()));
-        assert_eq!(normalize(" \n"), None);
-    }
 
     #[test]
     fn own_zone_changes_are_reported_once_and_slaves_are_found_by_zone() {

@@ -11,7 +11,9 @@ use std::time::{Duration, Instant};
 use conveyor_protocol::code::{request_code as rc, response_code as resp};
 use conveyor_protocol::command::RemotingCommand;
 use conveyor_protocol::json;
-use conveyor_protocol::route::{KvTable, RegisterBrokerBody, TopicList, ZONE_MODE, ZONE_NAME};
+use conveyor_protocol::route::{
+    normalize_zone, KvTable, RegisterBrokerBody, TopicList, ZONE_MODE, ZONE_NAME,
+};
 use tokio_util::sync::CancellationToken;
 
 use crate::remoting::{error_response, Connection, Processor};
@@ -106,11 +108,7 @@ impl NameServer {
                 broker_addr,
                 broker_id,
                 ha_server_addr,
-                zone: req
-                    .get_str_opt(ZONE_NAME)
-                    .map(str::trim)
-                    .filter(|z| !z.is_empty())
-                    .map(String::from),
+                zone: req.get_str_opt(ZONE_NAME).and_then(normalize_zone),
                 timeout,
                 data_version: wrapper.data_version,
                 topics: wrapper.topic_config_table.into_values().collect(),
@@ -160,9 +158,9 @@ impl NameServer {
                 match self.routes().route(topic) {
                     // A client asking for its zone's route only (RocketMQ's ZoneRouteRPCHook).
                     Some(route) if req.get_bool_opt(ZONE_MODE).ok().flatten() == Some(true) => {
-                        match req.get_str_opt(ZONE_NAME).map(str::trim) {
-                            Some(zone) if !zone.is_empty() => with_json(&route.in_zone(zone)),
-                            _ => with_json(&route),
+                        match req.get_str_opt(ZONE_NAME).and_then(normalize_zone) {
+                            Some(zone) => with_json(&route.in_zone(&zone)),
+                            None => with_json(&route),
                         }
                     }
                     Some(route) => with_json(&route),
