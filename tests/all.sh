@@ -4,7 +4,8 @@
 # runs every test: formatting and clippy checks, the Rust workspace (unit, property, crash, torn-tail, full-disk and
 # power-loss tests on tests/faultfs) and
 # the real-client compatibility suite, the failover ledger with the Java client, the Kubernetes
-# operator tests, the container image and the operator on real pods.
+# operator tests, consumer autoscaling with a real Prometheus, the container image and the
+# operator on real pods.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CONVEYOR_CACHE="${CONVEYOR_CACHE:-$HOME/.cache/conveyor}"
@@ -65,6 +66,9 @@ suite "failover with the Java client" tests/compat/failover.sh
 # Kubernetes operator: helm/schema/hadolint checks and the real kube-apiserver + etcd tests. The tools
 # are installed by the script; under CI=true a part it still has to skip fails.
 suite "Kubernetes operator" tests/k8s/e2e.sh
+# Consumer autoscaling: ConsumerAutoscalers on the real API server, two real broker groups and a real
+# Prometheus (Debian's package, fetched into the cache).
+suite "consumer autoscaling" tests/k8s/autoscaler-e2e.sh
 # The container image: built from ./Dockerfile with buildah, checked with podman (installed when missing).
 suite "container image" tests/k8s/image.sh
 # Real pods: a one-node cluster (kubelet on containerd, scheduler, controller manager, CoreDNS) running the

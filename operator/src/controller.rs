@@ -51,7 +51,8 @@ pub async fn run_controller(
 ) {
     telemetry.set_state(State::Syncing);
     let ns = namespace.as_deref();
-    let mut ctx = Context::new(client.clone(), instance).with_metrics(telemetry.metrics.clone());
+    let mut ctx =
+        Context::new(client.clone(), instance.clone()).with_metrics(telemetry.metrics.clone());
     // The replication controller serves only while this replica leads: it stops (and its
     // detection loops with it) when this function's future is dropped.
     let stop = tokio_util::sync::CancellationToken::new();
@@ -106,6 +107,14 @@ pub async fn run_controller(
                 Err(e) => tracing::debug!(error = %e, "reconcile error"),
             }
         });
+    // The consumer autoscalers run beside, under the same leadership.
+    let autoscalers = crate::autoscaler::run::run(client.clone(), namespace.clone(), instance);
+    let run = async move {
+        tokio::select! {
+            _ = run => {}
+            _ = autoscalers => {}
+        }
+    };
     let mut run = std::pin::pin!(run);
     tokio::select! {
         _ = &mut run => return,

@@ -1,8 +1,10 @@
 //! Conveyor's Kubernetes operator: the `MessageQueueCluster` CRD, pure desired-state builders, the
-//! reconciler, Lease-based leader election, and telemetry (metrics and probes).
+//! reconciler, Lease-based leader election, telemetry (metrics and probes), and the consumer
+//! autoscaler.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod autoscaler;
 pub mod builders;
 pub mod controller;
 pub mod crd;

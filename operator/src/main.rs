@@ -22,8 +22,12 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Print the CustomResourceDefinition as YAML (the content of crds/).
-    Crd,
+    /// Print a CustomResourceDefinition as YAML (the content of crds/<PLURAL>.conveyor.dev.yaml).
+    Crd {
+        /// Which: messagequeueclusters or consumerautoscalers.
+        #[arg(default_value = "messagequeueclusters")]
+        plural: String,
+    },
     /// Run the operator.
     Run(Box<RunArgs>),
 }
@@ -100,8 +104,13 @@ async fn serve_http(listen: Listen, telemetry: &Telemetry) {
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
-        Command::Crd => {
-            print!("{}", conveyor_operator::crd::crd_yaml());
+        Command::Crd { plural } => {
+            let files = conveyor_operator::crd::crd_files();
+            let (_, yaml) = files.iter().find(|(p, _)| *p == plural).with_context(|| {
+                let known: Vec<_> = files.iter().map(|(p, _)| *p).collect();
+                format!("no CRD {plural:?}; known: {}", known.join(", "))
+            })?;
+            print!("{yaml}");
             Ok(())
         }
         Command::Run(args) => {

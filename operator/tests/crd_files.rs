@@ -3,27 +3,26 @@
 use std::path::PathBuf;
 
 #[test]
-fn committed_crd_matches_the_types() {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../crds/messagequeueclusters.conveyor.dev.yaml");
-    let committed = std::fs::read_to_string(&path)
-        .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
-    let generated = conveyor_operator::crd::crd_yaml();
-    assert!(
-        committed == generated,
-        "{} is stale: run `cargo run -p conveyor-operator -- crd > crds/messagequeueclusters.conveyor.dev.yaml` (and copy it to charts/conveyor-operator/crds/)",
-        path.display()
-    );
-    assert!(
-        generated.len() < 256 * 1024,
-        "CRD is {} bytes",
-        generated.len()
-    );
-    let chart_copy = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../charts/conveyor-operator/crds/messagequeueclusters.conveyor.dev.yaml");
-    let chart = std::fs::read_to_string(&chart_copy)
-        .unwrap_or_else(|e| panic!("cannot read {}: {e}", chart_copy.display()));
-    assert!(chart == generated, "{} is stale", chart_copy.display());
+fn committed_crds_match_the_types() {
+    for (plural, generated) in conveyor_operator::crd::crd_files() {
+        let file = format!("{plural}.conveyor.dev.yaml");
+        let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+        for dir in ["crds", "charts/conveyor-operator/crds"] {
+            let path = root.join(dir).join(&file);
+            let committed = std::fs::read_to_string(&path)
+                .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
+            assert!(
+                committed == generated,
+                "{} is stale: run `cargo run -p conveyor-operator -- crd {plural} > crds/{file}` and copy it to charts/conveyor-operator/crds/",
+                path.display()
+            );
+        }
+        assert!(
+            generated.len() < 256 * 1024,
+            "{plural}: CRD is {} bytes",
+            generated.len()
+        );
+    }
 }
 
 #[test]
@@ -51,4 +50,21 @@ fn crd_identity() {
     assert!(
         yaml.contains("self.broker.replicationMode != 'Sync' || self.broker.replicasPerGroup >= 2")
     );
+}
+
+#[test]
+fn autoscaler_crd_identity() {
+    use kube::CustomResourceExt;
+    let crd = conveyor_operator::autoscaler::resource::ConsumerAutoscaler::crd();
+    assert_eq!(
+        crd.metadata.name.as_deref(),
+        Some("consumerautoscalers.conveyor.dev")
+    );
+    assert_eq!(crd.spec.scope, "Namespaced");
+    assert_eq!(crd.spec.names.short_names, Some(vec!["cas".to_string()]));
+    let v = &crd.spec.versions[0];
+    assert!(v.subresources.as_ref().unwrap().status.is_some());
+    let yaml = serde_yaml::to_string(&crd).unwrap();
+    assert!(yaml.contains("has(self.clusterRef) != has(self.nameServer)"));
+    assert!(yaml.contains("self.maxReplicas >= self.minReplicas"));
 }

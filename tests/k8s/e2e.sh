@@ -12,16 +12,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
 export CONVEYOR_CACHE="${CONVEYOR_CACHE:-$HOME/.cache/conveyor}"
-PASS=0; FAIL=0; SKIP=0
-ok()   { echo "  ok   $*"; PASS=$((PASS+1)); }
-bad()  { echo "  FAIL $*"; FAIL=$((FAIL+1)); }
-if [ "${CI:-}" = "true" ]; then
-  skip() { echo "  FAIL (skipped, and CI=true) $*"; FAIL=$((FAIL+1)); SKIP=$((SKIP+1)); }
-else
-  skip() { echo "  SKIP $*"; SKIP=$((SKIP+1)); }
-fi
-check() { local what=$1; shift; if "$@"; then ok "$what"; else bad "$what"; fi; }
-quiet() { "$@" >/dev/null; }
+source tests/k8s/lib.sh
 
 TOOLS=$(tests/k8s/install-tools.sh)
 export PATH="$TOOLS:$PATH"
@@ -92,7 +83,6 @@ cleanup() {
   [ -n "${KEEP_E2E_DIR:-}" ] || rm -rf "$D"
 }
 trap cleanup EXIT
-source tests/k8s/lib.sh
 AP=$(free_port)
 start_etcd "$D" "$KBIN"
 apiserver_credentials "$D"

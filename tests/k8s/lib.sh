@@ -1,7 +1,19 @@
-# Shared by tests/k8s/e2e.sh and tests/k8s/pods-e2e.sh (sourced): free ports, etcd, the API
-# server with its credentials, a kubeconfig for the admin token, and condition waits. Each
-# start appends the process's pid to the caller's PIDS array; `wait_for` reports through the
-# caller's `ok` and `bad`.
+# Shared by the Kubernetes test scripts (sourced): the pass/fail tally, free ports, etcd, the
+# API server with its credentials, a kubeconfig for the admin token, and condition waits. Each
+# start appends the process's pid to the caller's PIDS array.
+
+# The tally: `ok`, `bad`, `check DESCRIPTION COMMAND...`; `skip` is a failure under CI=true (a
+# fresh machine must run every check, never pass by skipping one).
+PASS=0; FAIL=0; SKIP=0
+ok()   { echo "  ok   $*"; PASS=$((PASS+1)); }
+bad()  { echo "  FAIL $*"; FAIL=$((FAIL+1)); }
+if [ "${CI:-}" = "true" ]; then
+  skip() { echo "  FAIL (skipped, and CI=true) $*"; FAIL=$((FAIL+1)); SKIP=$((SKIP+1)); }
+else
+  skip() { echo "  SKIP $*"; SKIP=$((SKIP+1)); }
+fi
+check() { local what=$1; shift; if "$@"; then ok "$what"; else bad "$what"; fi; }
+quiet() { "$@" >/dev/null; }
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 

@@ -20,11 +20,7 @@ cd "$(dirname "$0")/../.."
 ROOT=$PWD
 export CONVEYOR_CACHE="${CONVEYOR_CACHE:-$HOME/.cache/conveyor}"
 T0=$(date +%s)
-PASS=0; FAIL=0
-ok()  { echo "  ok   $*"; PASS=$((PASS+1)); }
-bad() { echo "  FAIL $*"; FAIL=$((FAIL+1)); }
-check() { local what=$1; shift; if "$@"; then ok "$what"; else bad "$what"; fi; }
-quiet() { "$@" >/dev/null; }
+source tests/k8s/lib.sh
 fatal() { echo "  FAIL $*"; echo "== pods: $PASS passed, $((FAIL+1)) failed"; exit 1; }
 
 if [ "$(id -u)" != 0 ]; then
@@ -149,7 +145,6 @@ ctr -a "$SOCK" -n k8s.io images import "$D/pause.tar" >/dev/null
 ctr -a "$SOCK" -n k8s.io images import "$D/conveyor.tar" >/dev/null
 ok "containerd up, pause and Conveyor images imported"
 
-source tests/k8s/lib.sh
 AP=$(free_port)
 start_etcd "$D" "$KBIN"
 apiserver_credentials "$D"

@@ -1,7 +1,8 @@
 //! Administration (what `mqadmin` does, for Conveyor's CLI and operator): create topics on
 //! every broker of a cluster (UPDATE_AND_CREATE_TOPIC 17, §9.6), cluster info, topic list and
-//! routes, per-queue offsets (topic status), a consumer group's progress and backlog, and
-//! message lookup by offset message id (33) or by key (12, §6.8).
+//! routes, per-queue offsets (topic status), a consumer group's progress and backlog, moving a
+//! group's committed offsets (reset to a time, the start or the end), and message lookup by
+//! offset message id (33) or by key (12, §6.8).
 
 use std::time::Duration;
 
@@ -110,6 +111,29 @@ impl TopicSpec {
             ..TopicConfig::default()
         }
     }
+}
+
+/// Where [`Admin::reset_offsets`] moves a group's offsets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ResetTo {
+    /// Each queue's first offset still stored: consume everything again.
+    Earliest,
+    /// Each queue's end: skip the backlog (mqadmin's `skipAccumulatedMessage`).
+    Latest,
+    /// The first message stored at or after this time (ms since the epoch; mqadmin's
+    /// `resetOffsetByTime`).
+    Time(i64),
+}
+
+/// One queue's committed offset before and after a reset.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OffsetReset {
+    /// The queue.
+    pub queue: MessageQueue,
+    /// The offset committed before (`None`: none).
+    pub before: Option<i64>,
+    /// The offset committed now.
+    pub after: i64,
 }
 
 /// Admin client.
@@ -289,6 +313,46 @@ impl Admin {
             });
         }
         Ok(ConsumerProgress { queues, total_diff })
+    }
+
+    /// Commits new offsets for `group` on every readable queue of `topic`, straight to the
+    /// brokers (UPDATE_CONSUMER_OFFSET, as mqadmin's `resetOffsetByTimeOld` does). Consumers of
+    /// the group that are online keep their own position and commit it again: stop them
+    /// first.
+    pub async fn reset_offsets(
+        &self,
+        group: &str,
+        topic: &str,
+        to: ResetTo,
+    ) -> Result<Vec<OffsetReset>> {
+        let route = self.namesrv.refresh_route(topic).await?;
+        let mut out = Vec::new();
+        for queue in subscribe_queues(topic, &route) {
+            let addr = queue_addr(&route, &queue)?;
+            let (code, timestamp) = match to {
+                ResetTo::Earliest => (request_code::GET_MIN_OFFSET, None),
+                ResetTo::Latest => (request_code::GET_MAX_OFFSET, None),
+                ResetTo::Time(t) => (request_code::SEARCH_OFFSET_BY_TIMESTAMP, Some(t)),
+            };
+            let after =
+                queue_offset_call(&self.remoting, addr, code, &queue, timestamp, self.timeout)
+                    .await?;
+            let before =
+                query_consumer_offset(&self.remoting, addr, group, &queue, self.timeout).await?;
+            let request =
+                RemotingCommand::request(request_code::UPDATE_CONSUMER_OFFSET, ExtFields::new())
+                    .with_ext("consumerGroup", group)
+                    .with_ext("topic", topic)
+                    .with_ext("queueId", queue.queue_id)
+                    .with_ext("commitOffset", after);
+            self.remoting.invoke_ok(addr, request, self.timeout).await?;
+            out.push(OffsetReset {
+                queue,
+                before,
+                after,
+            });
+        }
+        Ok(out)
     }
 
     /// The message with offset message id `msg_id` (VIEW_MESSAGE_BY_ID to the store host the

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Args, Subcommand};
-use conveyor_client::admin::{Admin, TopicSpec};
+use conveyor_client::admin::{Admin, ResetTo, TopicSpec};
 use conveyor_client::bench::{self, ConsumeConfig, Limit, LongPollConfig, ProduceConfig, Stats};
 
 /// Common connection flags.
@@ -138,6 +138,21 @@ pub enum AdminCommand {
         group: String,
         #[arg(long)]
         topic: String,
+    },
+    /// Move a consumer group's committed offsets on every queue of a topic: to a time
+    /// (mqadmin's `resetOffsetByTime`), the start, or the end (`skipAccumulatedMessage`).
+    /// Committed straight to the brokers: stop the group's consumers first, or they commit
+    /// their own position again.
+    ResetOffset {
+        #[command(flatten)]
+        target: Target,
+        #[arg(long)]
+        group: String,
+        #[arg(long)]
+        topic: String,
+        /// `earliest`, `latest`, or a time in ms since the epoch.
+        #[arg(long)]
+        to: String,
     },
     /// One broker's runtime info (GET_BROKER_RUNTIME_INFO, mqadmin's `brokerStatus`): every
     /// key and value, sorted. Works against Apache RocketMQ brokers too.
@@ -654,6 +669,36 @@ pub async fn admin(cmd: AdminCommand) -> anyhow::Result<()> {
                 info.master.map_or("none".into(), |m| m.to_string()),
                 info.master_epoch
             );
+        }
+        AdminCommand::ResetOffset {
+            target,
+            group,
+            topic,
+            to,
+        } => {
+            let to = match to.as_str() {
+                "earliest" => ResetTo::Earliest,
+                "latest" => ResetTo::Latest,
+                t => ResetTo::Time(t.parse().with_context(|| {
+                    format!("--to {t:?}: not earliest, latest or a time in ms since the epoch")
+                })?),
+            };
+            let admin = Admin::new(&target.namesrv_addr)?;
+            let resets = admin.reset_offsets(&group, &topic, to).await?;
+            println!(
+                "{:<12} {:<6} {:>14} {:>14}",
+                "broker", "queue", "before", "after"
+            );
+            for r in &resets {
+                println!(
+                    "{:<12} {:<6} {:>14} {:>14}",
+                    r.queue.broker_name,
+                    r.queue.queue_id,
+                    r.before.map_or("-".into(), |o| o.to_string()),
+                    r.after
+                );
+            }
+            println!("reset {} queues of {topic} for {group}", resets.len());
         }
         AdminCommand::Group {
             target,

@@ -107,16 +107,37 @@ pub fn condition(
     generation: Option<i64>,
     now: Timestamp,
 ) -> Condition {
+    condition_of(
+        old,
+        type_.as_str(),
+        holds,
+        reason.as_str(),
+        message,
+        generation,
+        now,
+    )
+}
+
+/// [`condition`] for any resource's vocabulary: the one rule for `lastTransitionTime`.
+pub fn condition_of(
+    old: &[Condition],
+    type_: &str,
+    holds: bool,
+    reason: &str,
+    message: String,
+    generation: Option<i64>,
+    now: Timestamp,
+) -> Condition {
     let status = status_str(holds);
     let last = old
         .iter()
-        .find(|c| c.type_ == type_.as_str() && c.status == status)
+        .find(|c| c.type_ == type_ && c.status == status)
         .map(|c| c.last_transition_time.clone())
         .unwrap_or(Time(now));
     Condition {
-        type_: type_.as_str().into(),
+        type_: type_.into(),
         status: status.into(),
-        reason: reason.as_str().into(),
+        reason: reason.into(),
         message,
         observed_generation: generation,
         last_transition_time: last,

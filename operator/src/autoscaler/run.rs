@@ -1,0 +1,321 @@
+//! Runs every ConsumerAutoscaler: each `pollingIntervalSeconds` it reads the target's
+//! `/scale`, the backlog and the queue cap, lets [`decide`] choose the count, sets it through
+//! `/scale` (the only write to the target: its owner keeps the rest of its spec), records an
+//! event for every change and writes the status. The HPA's memory of recent
+//! recommendations lives here, per autoscaler; the activity time and failure count that must
+//! survive a restart of the operator are in the status.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use conveyor_client::Admin;
+use futures::StreamExt;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, DynamicObject, GroupVersionKind, Patch, PatchParams};
+use kube::runtime::controller::Action;
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::{watcher, Controller};
+use kube::{Client, Resource, ResourceExt};
+
+use super::metrics::{broker_backlog, default_query, prometheus_backlog, queue_cap};
+use super::recommend::{decide, Direction, Memory, Rules};
+use super::resource::{ConsumerAutoscaler, ConsumerAutoscalerSpec};
+use super::status::{after_poll, held, Poll};
+use crate::crd::{MessageQueueCluster, PAUSE_ANNOTATION};
+use crate::reconcile::context::FIELD_MANAGER;
+
+/// Why a poll could not run (retried with a backoff; nothing is changed).
+#[derive(Debug, thiserror::Error)]
+pub enum AutoscalerError {
+    /// An API call failed.
+    #[error("API: {0}")]
+    Kube(#[from] kube::Error),
+    /// The object has no namespace (it is namespaced: only a broken cache gives this).
+    #[error("the autoscaler has no namespace")]
+    NoNamespace,
+}
+
+/// What every poll shares.
+struct AutoscalerContext {
+    /// Client of every API call.
+    client: Client,
+    /// Publishes the scaling events.
+    recorder: Recorder,
+    /// The HPA's memory of each autoscaler, by uid.
+    memories: Mutex<HashMap<String, Memory>>,
+    /// One admin client per set of name servers (their connections are reused).
+    admins: Mutex<HashMap<String, Arc<Admin>>>,
+}
+
+impl AutoscalerContext {
+    fn admin(&self, name_servers: &str) -> Result<Arc<Admin>, String> {
+        let mut admins = self.admins.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(a) = admins.get(name_servers) {
+            return Ok(a.clone());
+        }
+        let admin = Arc::new(Admin::new(name_servers).map_err(|e| e.to_string())?);
+        admins.insert(name_servers.to_string(), admin.clone());
+        Ok(admin)
+    }
+}
+
+/// Runs the autoscalers of `namespace` (all when `None`) until the future is dropped.
+pub async fn run(client: Client, namespace: Option<String>, instance: Option<String>) {
+    let api: Api<ConsumerAutoscaler> = match &namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    };
+    let ctx = Arc::new(AutoscalerContext {
+        recorder: Recorder::new(
+            client.clone(),
+            Reporter {
+                controller: FIELD_MANAGER.into(),
+                instance,
+            },
+        ),
+        client,
+        memories: Mutex::new(HashMap::new()),
+        admins: Mutex::new(HashMap::new()),
+    });
+    Controller::new(api, watcher::Config::default())
+        .run(poll, error_policy, ctx)
+        .for_each(|res| async move {
+            if let Err(e) = res {
+                tracing::debug!(error = %e, "autoscaler poll error");
+            }
+        })
+        .await;
+}
+
+fn error_policy(
+    cas: Arc<ConsumerAutoscaler>,
+    error: &AutoscalerError,
+    _ctx: Arc<AutoscalerContext>,
+) -> Action {
+    tracing::warn!(autoscaler = %cas.name_any(), %error, "autoscaler poll failed; retrying");
+    Action::requeue(Duration::from_secs(5))
+}
+
+/// The rules of `spec`, or why they cannot be used.
+pub fn rules_of(spec: &ConsumerAutoscalerSpec) -> Result<Rules, String> {
+    let count = |v: i32| v.max(0) as u32;
+    Rules {
+        target: spec.target_backlog_per_replica.max(1) as u64,
+        activation: spec.activation_backlog.max(0) as u64,
+        min: count(spec.min_replicas),
+        max: count(spec.max_replicas).max(1),
+        cooldown_s: count(spec.cooldown_period_seconds),
+        fallback: spec
+            .fallback
+            .as_ref()
+            .map(|f| (count(f.failure_threshold).max(1), count(f.replicas))),
+        up: Direction::up_default(),
+        down: Direction::down_default(),
+    }
+    .with_behavior(spec.behavior.as_ref())
+}
+
+/// One poll of one autoscaler.
+async fn poll(
+    cas: Arc<ConsumerAutoscaler>,
+    ctx: Arc<AutoscalerContext>,
+) -> Result<Action, AutoscalerError> {
+    let ns = cas.namespace().ok_or(AutoscalerError::NoNamespace)?;
+    let name = cas.name_any();
+    let spec = &cas.spec;
+    let every = Action::requeue(Duration::from_secs(
+        spec.polling_interval_seconds.max(1) as u64
+    ));
+    let api: Api<ConsumerAutoscaler> = Api::namespaced(ctx.client.clone(), &ns);
+    let old = cas.status.clone().unwrap_or_default();
+    let generation = cas.metadata.generation;
+    let now = Timestamp::now();
+    if cas.annotations().get(PAUSE_ANNOTATION).map(String::as_str) == Some("true") {
+        let why =
+            format!("{PAUSE_ANNOTATION} is \"true\": the target's replicas are left as they are");
+        write_status(&api, &name, &held(&old, generation, true, &why, now)).await?;
+        return Ok(every);
+    }
+    let rules = match rules_of(spec) {
+        Ok(r) => r,
+        Err(why) => {
+            write_status(&api, &name, &held(&old, generation, false, &why, now)).await?;
+            return Ok(every);
+        }
+    };
+    let target = target_api(&ctx.client, &ns, spec).await;
+    let target = match target {
+        Ok(t) => t,
+        Err(why) => {
+            write_status(&api, &name, &held(&old, generation, false, &why, now)).await?;
+            return Ok(every);
+        }
+    };
+    let scale = target.get_scale(&spec.scale_target_ref.name).await?;
+    let current = scale.spec.and_then(|s| s.replicas).unwrap_or(0).max(0) as u32;
+
+    let observed = observe(&ctx, &ns, spec).await;
+    let (backlog, cap) = match &observed {
+        Ok((b, c)) => (Ok(*b), *c),
+        Err(why) => (Err(why.as_str()), None),
+    };
+    let uid = cas.uid().unwrap_or_default();
+    let (decision, failures, last_active_ms) = {
+        let mut memories = ctx.memories.lock().unwrap_or_else(|e| e.into_inner());
+        // What a restarted operator must not forget: the cooldown and the failures.
+        let memory = memories.entry(uid).or_insert_with(|| {
+            Memory::resumed(
+                old.last_active_time.as_ref().map(|t| t.0.as_millisecond()),
+                old.consecutive_failures.max(0) as u32,
+            )
+        });
+        let d = decide(&rules, current, backlog, cap, memory, now.as_millisecond());
+        (d, memory.failures, memory.last_active_ms)
+    };
+    if decision.desired != current {
+        let patch = serde_json::json!({ "spec": { "replicas": decision.desired } });
+        target
+            .patch_scale(
+                &spec.scale_target_ref.name,
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
+            .await?;
+        tracing::info!(autoscaler = %name, namespace = %ns, from = current, to = decision.desired, reason = %decision.reason, "scaled");
+        let ev = Event {
+            type_: if decision.fallback {
+                EventType::Warning
+            } else {
+                EventType::Normal
+            },
+            reason: "Scaled".into(),
+            note: Some(format!(
+                "{} {}: {current} → {} replicas ({})",
+                spec.scale_target_ref.kind,
+                spec.scale_target_ref.name,
+                decision.desired,
+                decision.reason
+            )),
+            action: "Scale".into(),
+            secondary: None,
+        };
+        if let Err(e) = ctx.recorder.publish(&ev, &cas.object_ref(&())).await {
+            tracing::warn!(error = %e, "cannot publish event");
+        }
+    }
+    let status = after_poll(
+        &old,
+        generation,
+        &Poll {
+            current,
+            backlog,
+            queue_cap: cap,
+            decision: &decision,
+            failures,
+            last_active: last_active_ms.and_then(|ms| Timestamp::from_millisecond(ms).ok()),
+        },
+        now,
+    );
+    write_status(&api, &name, &status).await?;
+    Ok(every)
+}
+
+/// The backlog and (unless idle consumers are allowed) the queue cap. A cap that cannot be
+/// read fails the whole read: scaling past the queues would only add idle consumers.
+async fn observe(
+    ctx: &AutoscalerContext,
+    ns: &str,
+    spec: &ConsumerAutoscalerSpec,
+) -> Result<(u64, Option<u32>), String> {
+    let (name_servers, cluster) = name_servers(ctx, ns, spec).await?;
+    let admin = ctx.admin(&name_servers)?;
+    let backlog = match &spec.prometheus {
+        Some(p) => {
+            let query = p.query.clone().unwrap_or_else(|| {
+                default_query(cluster.as_deref(), &spec.consumer_group, &spec.topics)
+            });
+            prometheus_backlog(&p.server_address, &query).await?
+        }
+        None => tokio::time::timeout(
+            super::metrics::READ_TIMEOUT,
+            broker_backlog(&admin, &spec.consumer_group, &spec.topics),
+        )
+        .await
+        .map_err(|_| "the brokers did not answer in time".to_string())??,
+    };
+    let cap = if spec.allow_idle_consumers {
+        None
+    } else {
+        let cap = tokio::time::timeout(
+            super::metrics::READ_TIMEOUT,
+            queue_cap(&admin, &spec.topics),
+        )
+        .await
+        .map_err(|_| "the name servers did not answer in time".to_string())??;
+        Some(cap)
+    };
+    Ok((backlog, cap))
+}
+
+/// The name servers to ask, and the cluster name for the default query.
+async fn name_servers(
+    ctx: &AutoscalerContext,
+    ns: &str,
+    spec: &ConsumerAutoscalerSpec,
+) -> Result<(String, Option<String>), String> {
+    if let Some(addrs) = &spec.name_server {
+        return Ok((addrs.clone(), None));
+    }
+    let Some(cluster) = &spec.cluster_ref else {
+        return Err("neither clusterRef nor nameServer is set".into());
+    };
+    let api: Api<MessageQueueCluster> = Api::namespaced(ctx.client.clone(), ns);
+    let mqc = api
+        .get(&cluster.name)
+        .await
+        .map_err(|e| format!("MessageQueueCluster {}: {e}", cluster.name))?;
+    let addrs = mqc
+        .status
+        .as_ref()
+        .and_then(|s| s.name_server_addresses.clone())
+        .unwrap_or_else(|| crate::builders::name_server_addresses(&mqc));
+    Ok((addrs, Some(cluster.name.clone())))
+}
+
+/// The API of the target's kind, found through discovery (any kind with `/scale`).
+async fn target_api(
+    client: &Client,
+    ns: &str,
+    spec: &ConsumerAutoscalerSpec,
+) -> Result<Api<DynamicObject>, String> {
+    let target = &spec.scale_target_ref;
+    let (group, version) = match target.api_version.split_once('/') {
+        Some((g, v)) => (g, v),
+        None => ("", target.api_version.as_str()),
+    };
+    let gvk = GroupVersionKind::gvk(group, version, &target.kind);
+    let (resource, _) = kube::discovery::pinned_kind(client, &gvk)
+        .await
+        .map_err(|e| format!("scaleTargetRef {}/{}: {e}", target.api_version, target.kind))?;
+    Ok(Api::namespaced_with(client.clone(), ns, &resource))
+}
+
+async fn write_status(
+    api: &Api<ConsumerAutoscaler>,
+    name: &str,
+    status: &super::resource::ConsumerAutoscalerStatus,
+) -> Result<(), kube::Error> {
+    let body = serde_json::json!({
+        "apiVersion": ConsumerAutoscaler::api_version(&()),
+        "kind": ConsumerAutoscaler::kind(&()),
+        "status": status,
+    });
+    api.patch_status(
+        name,
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(&body),
+    )
+    .await?;
+    Ok(())
+}

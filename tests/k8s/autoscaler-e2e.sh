@@ -1,0 +1,278 @@
+#!/usr/bin/env bash
+# ConsumerAutoscaler (issue 12, scope 2) against real components: a kube-apiserver + etcd (no
+# kubelet: the targets' replica counts are what is checked), two Conveyor broker groups (a
+# `conveyor standalone` and a second `conveyor broker`, 4 read queues each of the topic) and a
+# real Prometheus (Debian's package) scraping both brokers' /metrics every second. The operator
+# runs locally with the token of the chart's ServiceAccount, so the chart's RBAC is what is
+# tested. No consumer runs: the backlog is made with `conveyor bench produce` and removed with
+# `conveyor admin reset-offset`, which is all the autoscaler reads.
+#
+#   tests/k8s/autoscaler-e2e.sh        # about 3 minutes once kube-apiserver is built
+#
+# Under CI=true a check it has to skip is a failed check.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+ROOT=$PWD
+export CONVEYOR_CACHE="${CONVEYOR_CACHE:-$HOME/.cache/conveyor}"
+source tests/k8s/lib.sh
+summary() { echo "== autoscaler: $PASS passed, $FAIL failed, $SKIP skipped"; SUMMARY=1; [ "$FAIL" = 0 ]; }
+
+TOOLS=$(tests/k8s/install-tools.sh)
+export PATH="$TOOLS:$PATH"
+have() { [ -x "$TOOLS/$1" ] || command -v "$1" >/dev/null 2>&1; }
+for t in helm kubectl; do have "$t" || { skip "$t missing: autoscaler tests skipped"; summary; exit; }; done
+
+# Prometheus from Debian's package, unpacked into the cache (not installed: the package would
+# start a service on :9090).
+PROM="$CONVEYOR_CACHE/prometheus/usr/bin/prometheus"
+if [ ! -x "$PROM" ]; then
+  W=$(mktemp -d)
+  if (cd "$W" && apt-get download prometheus >/dev/null 2>&1) && dpkg-deb -x "$W"/prometheus_*.deb "$CONVEYOR_CACHE/prometheus"; then :; else
+    { [ "$(id -u)" = 0 ] && apt-get update -qq >/dev/null 2>&1 && (cd "$W" && apt-get download prometheus >/dev/null 2>&1) \
+      && dpkg-deb -x "$W"/prometheus_*.deb "$CONVEYOR_CACHE/prometheus"; } || true
+  fi
+  rm -rf "$W"
+fi
+[ -x "$PROM" ] || { skip "Prometheus (Debian package) could not be fetched"; summary; exit; }
+
+if ! command -v go >/dev/null && [ ! -x "$CONVEYOR_CACHE/k8s/${CONVEYOR_K8S_VERSION:-1.35.4}/bin/kube-apiserver" ]; then
+  skip "no go toolchain and no cached kube-apiserver"; summary; exit
+fi
+KBIN=$(tests/k8s/build-apiserver.sh)
+cargo build -q -p conveyor-operator -p conveyor
+TARGET="${CARGO_TARGET_DIR:-$ROOT/target}/debug"
+BIN="$TARGET/conveyor"; OPERATOR="$TARGET/conveyor-operator"
+
+D=$(mktemp -d)
+PIDS=()
+cleanup() {
+  [ -n "${SUMMARY:-}" ] || echo "== autoscaler: stopped at the first unmet wait; $PASS passed, $FAIL failed (logs: $D)"
+  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+  local t0; t0=$(date +%s)
+  while [ -n "$(jobs -pr)" ] && [ $(( $(date +%s) - t0 )) -lt 30 ]; do sleep 0.5; done
+  for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  [ -n "${KEEP_E2E_DIR:-}" ] || rm -rf "$D"
+}
+trap cleanup EXIT
+
+echo "== two broker groups and Prometheus"
+NSP=$(free_port)
+export CONVEYOR_NAMESRV_ADDR="127.0.0.1:$NSP"
+H0=$(free_port); H1=$(free_port)
+"$BIN" standalone --data-dir "$D/b0" --namesrv-listen "127.0.0.1:$NSP" --listen "127.0.0.1:$(free_port)" \
+  --http-listen "127.0.0.1:$H0" --replication-listen "127.0.0.1:$(free_port)" --cluster-name mq --broker-name mq-0 \
+  > "$D/b0.log" 2>&1 &
+PIDS+=($!)
+"$BIN" broker --data-dir "$D/b1" --namesrv-addr "127.0.0.1:$NSP" --listen "127.0.0.1:$(free_port)" \
+  --http-listen "127.0.0.1:$H1" --replication-listen "127.0.0.1:$(free_port)" --cluster-name mq --broker-name mq-1 \
+  > "$D/b1.log" 2>&1 &
+PIDS+=($!)
+ready() { curl -fs "http://127.0.0.1:$1/readyz" >/dev/null; }
+wait_for 60 "broker group mq-0 ready" ready "$H0"
+wait_for 60 "broker group mq-1 ready" ready "$H1"
+quiet "$BIN" admin create-topic --topic Orders --queues 4 --cluster mq
+routed() { "$BIN" admin topics | grep -c '^Orders ' | grep -qx 8; }
+wait_for 30 "topic Orders routed with 4 queues on each group (8 read queues)" routed
+produce() { quiet "$BIN" bench produce --topic Orders --size 64 --producers 1 --in-flight 16 --count "$1"; }
+
+PP=$(free_port)
+cat > "$D/prometheus.yml" <<EOF
+global: {scrape_interval: 1s, evaluation_interval: 1s}
+scrape_configs:
+  - job_name: conveyor
+    static_configs: [{targets: ["127.0.0.1:$H0", "127.0.0.1:$H1"]}]
+EOF
+start_prometheus() {
+  "$PROM" --config.file="$D/prometheus.yml" --storage.tsdb.path="$D/prometheus" \
+    --web.listen-address="127.0.0.1:$PP" >> "$D/prometheus.log" 2>&1 &
+  PROM_PID=$!; PIDS+=("$PROM_PID")
+}
+start_prometheus
+wait_for 60 "Prometheus ready" curl -fs "http://127.0.0.1:$PP/-/ready"
+
+echo "== API server, CRDs, chart RBAC, operator"
+AP=$(free_port)
+start_etcd "$D" "$KBIN"
+apiserver_credentials "$D"
+start_apiserver "$D" "$KBIN" "$AP" 127.0.0.1 --authorization-mode=RBAC
+export KUBECONFIG="$D/kubeconfig"
+write_kubeconfig "$KUBECONFIG" "$D" "$AP" autoscaler
+K() { kubectl --request-timeout=20s "$@"; }
+check "CRDs apply" quiet K apply --server-side -f crds/
+wait_for 30 "ConsumerAutoscaler CRD established" K wait --for=condition=Established crd/consumerautoscalers.conveyor.dev --timeout=5s
+# A custom resource with a /scale subresource, as a third kind of target.
+K apply -f - >/dev/null <<'EOF'
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: consumerpools.test.conveyor.dev}
+spec:
+  group: test.conveyor.dev
+  scope: Namespaced
+  names: {plural: consumerpools, singular: consumerpool, kind: ConsumerPool}
+  versions:
+    - name: v1
+      served: true
+      storage: true
+      subresources:
+        status: {}
+        scale: {specReplicasPath: .spec.replicas, statusReplicasPath: .status.replicas}
+      schema:
+        openAPIV3Schema:
+          type: object
+          properties:
+            spec: {type: object, properties: {replicas: {type: integer}}}
+            status: {type: object, properties: {replicas: {type: integer}}}
+EOF
+wait_for 30 "test CRD with /scale established" K wait --for=condition=Established crd/consumerpools.test.conveyor.dev --timeout=5s
+OPNS=conveyor-system
+check "chart installs with the test kind among autoscaler.scaleTargets" quiet helm install conveyor-operator charts/conveyor-operator \
+  --namespace "$OPNS" --create-namespace --kubeconfig "$KUBECONFIG" \
+  --set-json 'autoscaler.scaleTargets=[{"apiGroup":"apps","resources":["deployments","statefulsets"]},{"apiGroup":"test.conveyor.dev","resources":["consumerpools"]}]'
+SA_TOKEN=$(K create token conveyor-operator -n "$OPNS" --duration=3h)
+sed -e "s/token: admin-token/token: $SA_TOKEN/" "$KUBECONFIG" > "$D/kubeconfig-sa"
+check "RBAC: /scale of the listed kinds, nothing else of them" bash -c \
+  "[ \"\$(kubectl --kubeconfig '$D/kubeconfig-sa' auth can-i patch deployments/scale -n default)\" = yes ] && [ \"\$(kubectl --kubeconfig '$D/kubeconfig-sa' auth can-i patch deployments -n default)\" = no ] && [ \"\$(kubectl --kubeconfig '$D/kubeconfig-sa' auth can-i patch replicasets/scale -n default)\" = no ]"
+KUBECONFIG="$D/kubeconfig-sa" "$OPERATOR" run --lease-namespace "$OPNS" --identity autoscaler-e2e \
+  --controller-listen off --http-listen off > "$D/operator.log" 2>&1 &
+PIDS+=($!)
+
+# Targets: a Deployment, a StatefulSet (no pods run here) and a ConsumerPool.
+K apply -f - >/dev/null <<'EOF'
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: orders-consumer}
+spec:
+  replicas: 1
+  selector: {matchLabels: {app: orders-consumer}}
+  template:
+    metadata: {labels: {app: orders-consumer}}
+    spec: {containers: [{name: c, image: consumer:test}]}
+---
+apiVersion: apps/v1
+kind: StatefulSet
+metadata: {name: audit-consumer}
+spec:
+  replicas: 1
+  serviceName: audit-consumer
+  selector: {matchLabels: {app: audit-consumer}}
+  template:
+    metadata: {labels: {app: audit-consumer}}
+    spec: {containers: [{name: c, image: consumer:test}]}
+---
+apiVersion: test.conveyor.dev/v1
+kind: ConsumerPool
+metadata: {name: pool}
+spec: {replicas: 1}
+EOF
+replicas() { K get "$1" -o jsonpath='{.spec.replicas}'; }
+has_replicas() { [ "$(replicas "$1")" = "$2" ]; }
+st() { K get cas "$1" -o jsonpath="{.status.$2}"; }
+cond() { K get cas "$1" -o jsonpath="{.status.conditions[?(@.type==\"$2\")].status}/{.status.conditions[?(@.type==\"$2\")].reason}"; }
+current() { [ "$(st "$1" observedGeneration)" = "$(K get cas "$1" -o jsonpath='{.metadata.generation}')" ]; }
+# Fast windows for a test: scale up to any count at once, down by one replica per second after
+# a 3 s window; polls every second.
+BEHAVIOR='{"scaleUp":{"stabilizationWindowSeconds":0,"policies":[{"type":"Percent","value":10000,"periodSeconds":1}]},"scaleDown":{"stabilizationWindowSeconds":3,"policies":[{"type":"Pods","value":1,"periodSeconds":1}]}}'
+autoscaler() { # NAME KIND TARGET GROUP EXTRA-SPEC-JSON
+  K apply -f - >/dev/null <<EOF
+apiVersion: conveyor.dev/v1alpha1
+kind: ConsumerAutoscaler
+metadata: {name: $1}
+spec: $(python3 -c 'import json,sys; s={"scaleTargetRef":{"apiVersion":sys.argv[2],"kind":sys.argv[3],"name":sys.argv[4]},"consumerGroup":sys.argv[5],"topics":["Orders"],"nameServer":sys.argv[1],"pollingIntervalSeconds":1,"behavior":json.loads(sys.argv[6])}; s.update(json.loads(sys.argv[7])); print(json.dumps(s))' \
+  "127.0.0.1:$NSP" "${2%%|*}" "${2##*|}" "$3" "$4" "$BEHAVIOR" "$5")
+EOF
+}
+
+echo "-- brokers as the source, a Deployment as the target"
+both_refused() {
+  K apply --dry-run=server -f - 2>&1 <<'EOF' | grep -q 'set exactly one of clusterRef and nameServer'
+apiVersion: conveyor.dev/v1alpha1
+kind: ConsumerAutoscaler
+metadata: {name: both}
+spec: {scaleTargetRef: {apiVersion: apps/v1, kind: Deployment, name: x}, consumerGroup: g, topics: [t], clusterRef: {name: mq}, nameServer: "a:1", targetBacklogPerReplica: 1}
+EOF
+}
+check "a spec with both clusterRef and nameServer is refused by the API server (CEL)" both_refused
+autoscaler orders 'apps/v1|Deployment' orders-consumer orders-cg '{"targetBacklogPerReplica":100,"minReplicas":1,"maxReplicas":50}'
+idle() { current orders && [ "$(st orders observedBacklog)/$(st orders queueCap)/$(cond orders MetricsAvailable)" = "0/8/True/BacklogRead" ]; }
+wait_for 30 "status: backlog 0 read from the brokers, queue cap 8 (2 groups × 4 read queues)" idle
+produce 550
+wait_for 30 "550 messages, 100 per replica: 6 replicas" has_replicas deployment/orders-consumer 6
+scaled_status() { [ "$(st orders desiredReplicas)/$(st orders observedBacklog)/$(cond orders Active)" = "6/550/True/BacklogAboveActivation" ]; }
+wait_for 10 "status: desired 6, backlog 550, Active" scaled_status
+scaled_event() { K get events.events.k8s.io -o jsonpath='{range .items[*]}{.reason}: {.note}{"\n"}{end}' | grep -q "Scaled: Deployment orders-consumer: 1 → 6 replicas"; }
+wait_for 20 "event: Scaled 1 → 6 with the reason" scaled_event
+
+K patch cas orders --type merge -p '{"spec":{"targetBacklogPerReplica":95}}' >/dev/null
+wait_for 20 "target 95: the status follows the new generation" current orders
+check "within 10 % of the target (550 / (95 × 6) = 0.96): still 6" test "$(replicas deployment/orders-consumer)/$(st orders desiredReplicas)" = "6/6"
+
+K patch cas orders --type merge -p '{"spec":{"targetBacklogPerReplica":10}}' >/dev/null
+wait_for 30 "target 10 (55 wanted): capped at exactly 8, the read queues" has_replicas deployment/orders-consumer 8
+capped() { [ "$(cond orders Capped)" = "True/QueueLimit" ]; }
+wait_for 10 "condition Capped=True, reason QueueLimit" capped
+
+quiet "$BIN" admin reset-offset --group orders-cg --topic Orders --to latest
+wait_for 40 "backlog gone: down to minReplicas 1" has_replicas deployment/orders-consumer 1
+down_steps_ok() { # every scale-down of the Deployment removed exactly one replica (policy: 1 pod per second)
+  K get events.events.k8s.io -o jsonpath='{range .items[*]}{.note}{"\n"}{end}' | python3 -c '
+import re, sys
+steps = [tuple(map(int, m.groups())) for m in re.finditer(r"orders-consumer: (\d+) → (\d+) replicas", sys.stdin.read())]
+downs = [(a, b) for a, b in steps if b < a]
+assert downs and all(a - b == 1 for a, b in downs), steps
+assert (2, 1) in downs, steps'
+}
+check "scale-down in steps of one replica, as the Pods policy allows" down_steps_ok
+
+K patch cas orders --type merge -p '{"spec":{"minReplicas":0,"cooldownPeriodSeconds":3}}' >/dev/null
+wait_for 30 "minReplicas 0: zero once the backlog stayed at 0 for the cooldown" has_replicas deployment/orders-consumer 0
+inactive() { [ "$(cond orders Active)" = "False/BacklogAtOrBelowActivation" ]; }
+wait_for 10 "condition Active=False" inactive
+produce 5
+wait_for 30 "backlog 5 above activation 0, no consumer online: one replica again" has_replicas deployment/orders-consumer 1
+
+K annotate cas orders conveyor.dev/pause-reconciliation=true >/dev/null
+paused() { [ "$(cond orders Paused)" = "True/PauseAnnotation" ]; }
+wait_for 20 "pause annotation: condition Paused" paused
+produce 200
+check "paused: the backlog grew to 205, the count stays 1" test "$(replicas deployment/orders-consumer)" = 1
+K annotate cas orders conveyor.dev/pause-reconciliation- >/dev/null
+wait_for 30 "unpaused: 205 / 10 capped at 8" has_replicas deployment/orders-consumer 8
+K delete cas orders >/dev/null
+gone() { ! K get cas orders >/dev/null 2>&1; }
+wait_for 20 "autoscaler deleted" gone
+check "deleting the autoscaler leaves the replicas as they were" test "$(replicas deployment/orders-consumer)" = 8
+
+echo "-- a custom resource with /scale"
+autoscaler pool 'test.conveyor.dev/v1|ConsumerPool' pool orders-cg '{"targetBacklogPerReplica":50,"minReplicas":1,"maxReplicas":50}'
+wait_for 30 "ConsumerPool scaled through /scale: 205 / 50 = 5" has_replicas consumerpool/pool 5
+K delete cas pool >/dev/null
+wait_for 20 "autoscaler pool deleted" bash -c "! kubectl get cas pool"
+
+echo "-- Prometheus as the source, a StatefulSet as the target"
+# The lag series exists only for groups with offsets: commit this group's at the start.
+quiet "$BIN" admin reset-offset --group audit-cg --topic Orders --to earliest
+prom() { curl -fsG "http://127.0.0.1:$PP/api/v1/query" --data-urlencode "query=$1" | python3 -c 'import json,sys; r=json.load(sys.stdin)["data"]["result"]; print(int(float(r[0]["value"][1])) if r else "none")'; }
+admin_backlog() { "$BIN" admin group --group audit-cg --topic Orders | sed -n 's/^total backlog of .*: //p'; }
+lag_matches() { [ "$(prom 'sum(rocketmq_consumer_lag_messages{consumer_group="audit-cg",topic="Orders"})')" = "$(admin_backlog)" ] && [ "$(admin_backlog)" = 755 ]; }
+wait_for 30 "Prometheus: sum of rocketmq_consumer_lag_messages = the admin API's backlog (755)" lag_matches
+PROM_SPEC="{\"targetBacklogPerReplica\":200,\"minReplicas\":0,\"maxReplicas\":20,\"cooldownPeriodSeconds\":2,\"fallback\":{\"failureThreshold\":2,\"replicas\":3},\"prometheus\":{\"serverAddress\":\"http://127.0.0.1:$PP\"}}"
+autoscaler audit 'apps/v1|StatefulSet' audit-consumer audit-cg "$PROM_SPEC"
+wait_for 30 "backlog 755 from Prometheus, 200 per replica: 4" has_replicas statefulset/audit-consumer 4
+quiet "$BIN" admin reset-offset --group audit-cg --topic Orders --to latest
+wait_for 40 "backlog 0 in Prometheus: zero after the cooldown" has_replicas statefulset/audit-consumer 0
+kill "$PROM_PID"; wait "$PROM_PID" 2>/dev/null || true
+fallback() { [ "$(cond audit FallbackActive)/$(cond audit MetricsAvailable)" = "True/FailureThresholdReached/False/ReadFailed" ]; }
+wait_for 30 "Prometheus stopped: FallbackActive after 2 failed reads, MetricsAvailable=False" fallback
+check "the fallback count (3), not zero" test "$(replicas statefulset/audit-consumer)" = 3
+start_prometheus
+wait_for 60 "Prometheus back" curl -fs "http://127.0.0.1:$PP/-/ready"
+recovered() { [ "$(cond audit MetricsAvailable)" = "True/BacklogRead" ]; }
+wait_for 60 "metrics available again" recovered
+
+autoscaler ghost 'test.conveyor.dev/v1|ConsumerPool' pool ghost-cg "$PROM_SPEC"
+no_series() { [ "$(cond ghost MetricsAvailable)" = "False/ReadFailed" ] && K get cas ghost -o jsonpath='{.status.conditions[?(@.type=="MetricsAvailable")].message}' | grep -q 'no series'; }
+wait_for 30 "a group with no series: the empty result is a failed read, not a backlog of 0" no_series
+check "and the ConsumerPool keeps its 5 replicas: absent data never lowers the count" test "$(replicas consumerpool/pool)" = 5
+check "kubectl get cas shows the printer columns" bash -c "kubectl get cas | head -1 | grep -q 'TARGET.*GROUP.*BACKLOG.*DESIRED.*CURRENT.*ACTIVE'"
+summary
