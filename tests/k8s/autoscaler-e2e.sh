@@ -131,8 +131,12 @@ check "chart installs with the test kind among autoscaler.scaleTargets" quiet he
   --set-json 'autoscaler.scaleTargets=[{"apiGroup":"apps","resources":["deployments","statefulsets"]},{"apiGroup":"test.conveyor.dev","resources":["consumerpools"]}]'
 SA_TOKEN=$(K create token conveyor-operator -n "$OPNS" --duration=3h)
 sed -e "s/token: admin-token/token: $SA_TOKEN/" "$KUBECONFIG" > "$D/kubeconfig-sa"
-check "RBAC: /scale of the listed kinds, nothing else of them" bash -c \
-  "[ \"\$(kubectl --kubeconfig '$D/kubeconfig-sa' auth can-i patch deployments/scale -n default)\" = yes ] && [ \"\$(kubectl --kubeconfig '$D/kubeconfig-sa' auth can-i patch deployments -n default)\" = no ] && [ \"\$(kubectl --kubeconfig '$D/kubeconfig-sa' auth can-i patch replicasets/scale -n default)\" = no ]"
+can() { kubectl --kubeconfig "$D/kubeconfig-sa" auth can-i "$@" -n default 2>/dev/null || true; }
+rbac_ok() {
+  [ "$(can patch deployments --subresource=scale)/$(can patch consumerpools.test.conveyor.dev --subresource=scale)" = yes/yes ] \
+    && [ "$(can patch deployments)/$(can patch replicasets --subresource=scale)/$(can patch consumerpools.test.conveyor.dev)" = no/no/no ]
+}
+check "RBAC: /scale of the listed kinds, nothing else of them" rbac_ok
 KUBECONFIG="$D/kubeconfig-sa" "$OPERATOR" run --lease-namespace "$OPNS" --identity autoscaler-e2e \
   --controller-listen off --http-listen off > "$D/operator.log" 2>&1 &
 PIDS+=($!)
@@ -185,12 +189,15 @@ EOF
 
 echo "-- brokers as the source, a Deployment as the target"
 both_refused() {
-  K apply --dry-run=server -f - 2>&1 <<'EOF' | grep -q 'set exactly one of clusterRef and nameServer'
+  local out
+  out=$(K apply --dry-run=server -f - 2>&1 <<'EOF' || true
 apiVersion: conveyor.dev/v1alpha1
 kind: ConsumerAutoscaler
 metadata: {name: both}
 spec: {scaleTargetRef: {apiVersion: apps/v1, kind: Deployment, name: x}, consumerGroup: g, topics: [t], clusterRef: {name: mq}, nameServer: "a:1", targetBacklogPerReplica: 1}
 EOF
+)
+  grep -q 'set exactly one of clusterRef and nameServer' <<<"$out" || { echo "    $out"; return 1; }
 }
 check "a spec with both clusterRef and nameServer is refused by the API server (CEL)" both_refused
 autoscaler orders 'apps/v1|Deployment' orders-consumer orders-cg '{"targetBacklogPerReplica":100,"minReplicas":1,"maxReplicas":50}'
@@ -274,5 +281,23 @@ autoscaler ghost 'test.conveyor.dev/v1|ConsumerPool' pool ghost-cg "$PROM_SPEC"
 no_series() { [ "$(cond ghost MetricsAvailable)" = "False/ReadFailed" ] && K get cas ghost -o jsonpath='{.status.conditions[?(@.type=="MetricsAvailable")].message}' | grep -q 'no series'; }
 wait_for 30 "a group with no series: the empty result is a failed read, not a backlog of 0" no_series
 check "and the ConsumerPool keeps its 5 replicas: absent data never lowers the count" test "$(replicas consumerpool/pool)" = 5
+echo "-- mode Keda: a ScaledObject checked by the API server against KEDA's own CRD"
+# KEDA's CRD from its Go module (the Go module proxy is a registry this machine reaches).
+KEDA_DIR=$(cd "$D" && GOMODCACHE="${GOMODCACHE:-$CONVEYOR_CACHE/go/mod}" go mod download -json "github.com/kedacore/keda/v2@${KEDA_VERSION:-v2.21.0}" 2>/dev/null \
+  | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')
+if [ -n "$KEDA_DIR" ] && [ -f "$KEDA_DIR/config/crd/bases/keda.sh_scaledobjects.yaml" ]; then
+  check "KEDA's ScaledObject CRD applies" quiet K apply --server-side -f "$KEDA_DIR/config/crd/bases/keda.sh_scaledobjects.yaml"
+  wait_for 30 "ScaledObject CRD established" K wait --for=condition=Established crd/scaledobjects.keda.sh --timeout=5s
+  autoscaler keda 'apps/v1|Deployment' orders-consumer orders-cg \
+    "{\"mode\":\"Keda\",\"targetBacklogPerReplica\":10,\"maxReplicas\":50,\"fallback\":{\"failureThreshold\":2,\"replicas\":3},\"prometheus\":{\"serverAddress\":\"http://127.0.0.1:$PP\"}}"
+  so() { K get scaledobject keda -o jsonpath="$1"; }
+  so_ok() { [ "$(so '{.spec.maxReplicaCount}/{.spec.triggers[0].type}/{.spec.triggers[0].metadata.ignoreNullValues}/{.spec.fallback.behavior}/{.metadata.ownerReferences[0].kind}')" = "8/prometheus/false/currentReplicasIfHigher/ConsumerAutoscaler" ]; }
+  wait_for 30 "ScaledObject written: maxReplicaCount = the 8 read queues, Prometheus trigger, no silent zero, owned" so_ok
+  check "mode Keda leaves the Deployment to KEDA (still 8)" test "$(replicas deployment/orders-consumer)" = 8
+  check "mode Keda without prometheus is refused (CEL)" bash -c "! kubectl patch cas keda --type json -p '[{\"op\":\"remove\",\"path\":\"/spec/prometheus\"}]' 2>/dev/null"
+else
+  skip "KEDA's module (github.com/kedacore/keda/v2) could not be downloaded: mode Keda not checked"
+fi
+
 check "kubectl get cas shows the printer columns" bash -c "kubectl get cas | head -1 | grep -q 'TARGET.*GROUP.*BACKLOG.*DESIRED.*CURRENT.*ACTIVE'"
 summary

@@ -60,6 +60,7 @@ use serde::{Deserialize, Serialize};
 #[serde(rename_all = "camelCase")]
 #[x_kube(validation = Rule::new("has(self.clusterRef) != has(self.nameServer)").message("set exactly one of clusterRef and nameServer"))]
 #[x_kube(validation = Rule::new("self.maxReplicas >= self.minReplicas").message("maxReplicas must be at least minReplicas"))]
+#[x_kube(validation = Rule::new("self.mode != 'Keda' || has(self.prometheus)").message("mode Keda needs prometheus: KEDA reads the backlog from there"))]
 pub struct ConsumerAutoscalerSpec {
     /// The workload to scale: any resource with a `/scale` subresource (Deployment,
     /// StatefulSet, a custom resource).
@@ -113,6 +114,22 @@ pub struct ConsumerAutoscalerSpec {
     /// Read the backlog from Prometheus; without it, straight from the brokers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prometheus: Option<PrometheusSource>,
+    /// Native: the operator scales the target. Keda: the operator writes a KEDA ScaledObject
+    /// with the same settings (a Prometheus trigger, `maxReplicaCount` capped at the read
+    /// queues) and keeps its cap current; KEDA and the HPA scale.
+    #[serde(default)]
+    pub mode: AutoscalerMode,
+}
+
+/// Who scales.
+// Variants are documented on the field: doc comments on them would turn the schema's `enum`
+// into a `oneOf`.
+#[allow(missing_docs)]
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, Default, JsonSchema)]
+pub enum AutoscalerMode {
+    #[default]
+    Native,
+    Keda,
 }
 
 fn default_max_replicas() -> i32 {

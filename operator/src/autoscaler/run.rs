@@ -14,13 +14,13 @@ use futures::StreamExt;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DynamicObject, GroupVersionKind, Patch, PatchParams};
 use kube::runtime::controller::Action;
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::{watcher, Controller};
 use kube::{Client, Resource, ResourceExt};
 
 use super::metrics::{broker_backlog, default_query, prometheus_backlog, queue_cap};
+use super::recommend::Decision;
 use super::recommend::{decide, Direction, Memory, Rules};
-use super::resource::{ConsumerAutoscaler, ConsumerAutoscalerSpec};
+use super::resource::{AutoscalerMode, ConsumerAutoscaler, ConsumerAutoscalerSpec};
 use super::status::{after_poll, held, Poll};
 use crate::crd::{MessageQueueCluster, PAUSE_ANNOTATION};
 use crate::reconcile::context::FIELD_MANAGER;
@@ -40,8 +40,8 @@ pub enum AutoscalerError {
 struct AutoscalerContext {
     /// Client of every API call.
     client: Client,
-    /// Publishes the scaling events.
-    recorder: Recorder,
+    /// This replica's name in the events it records.
+    instance: String,
     /// The HPA's memory of each autoscaler, by uid.
     memories: Mutex<HashMap<String, Memory>>,
     /// One admin client per set of name servers (their connections are reused).
@@ -67,13 +67,7 @@ pub async fn run(client: Client, namespace: Option<String>, instance: Option<Str
         None => Api::all(client.clone()),
     };
     let ctx = Arc::new(AutoscalerContext {
-        recorder: Recorder::new(
-            client.clone(),
-            Reporter {
-                controller: FIELD_MANAGER.into(),
-                instance,
-            },
-        ),
+        instance: instance.unwrap_or_else(|| FIELD_MANAGER.into()),
         client,
         memories: Mutex::new(HashMap::new()),
         admins: Mutex::new(HashMap::new()),
@@ -160,6 +154,9 @@ async fn poll(
         Ok((b, c)) => (Ok(*b), *c),
         Err(why) => (Err(why.as_str()), None),
     };
+    if spec.mode == AutoscalerMode::Keda {
+        return keda_poll(&ctx, &cas, &api, current, backlog, cap, now).await;
+    }
     let uid = cas.uid().unwrap_or_default();
     let (decision, failures, last_active_ms) = {
         let mut memories = ctx.memories.lock().unwrap_or_else(|e| e.into_inner());
@@ -183,26 +180,14 @@ async fn poll(
             )
             .await?;
         tracing::info!(autoscaler = %name, namespace = %ns, from = current, to = decision.desired, reason = %decision.reason, "scaled");
-        let ev = Event {
-            type_: if decision.fallback {
-                EventType::Warning
-            } else {
-                EventType::Normal
-            },
-            reason: "Scaled".into(),
-            note: Some(format!(
-                "{} {}: {current} → {} replicas ({})",
-                spec.scale_target_ref.kind,
-                spec.scale_target_ref.name,
-                decision.desired,
-                decision.reason
-            )),
-            action: "Scale".into(),
-            secondary: None,
-        };
-        if let Err(e) = ctx.recorder.publish(&ev, &cas.object_ref(&())).await {
-            tracing::warn!(error = %e, "cannot publish event");
-        }
+        let note = format!(
+            "{} {}: {current} → {} replicas ({})",
+            spec.scale_target_ref.kind,
+            spec.scale_target_ref.name,
+            decision.desired,
+            decision.reason
+        );
+        scaled_event(&ctx, &cas, decision.fallback, note).await;
     }
     let status = after_poll(
         &old,
@@ -218,6 +203,105 @@ async fn poll(
         now,
     );
     write_status(&api, &name, &status).await?;
+    Ok(every)
+}
+
+/// Records one scale as its own event. (kube's `Recorder` folds events of the same reason
+/// into a series that keeps the first note: the counts of later scales would be lost.)
+async fn scaled_event(
+    ctx: &AutoscalerContext,
+    cas: &ConsumerAutoscaler,
+    warning: bool,
+    note: String,
+) {
+    let now = Timestamp::now();
+    let event = k8s_openapi::api::events::v1::Event {
+        metadata: kube::api::ObjectMeta {
+            name: Some(format!("{}.{:x}", cas.name_any(), now.as_nanosecond())),
+            namespace: cas.namespace(),
+            ..Default::default()
+        },
+        event_time: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(
+            now,
+        )),
+        type_: Some(if warning { "Warning" } else { "Normal" }.into()),
+        reason: Some("Scaled".into()),
+        action: Some("Scale".into()),
+        note: Some(note),
+        regarding: Some(cas.object_ref(&())),
+        reporting_controller: Some(FIELD_MANAGER.into()),
+        reporting_instance: Some(ctx.instance.clone()),
+        ..Default::default()
+    };
+    let api: Api<k8s_openapi::api::events::v1::Event> =
+        Api::namespaced(ctx.client.clone(), &cas.namespace().unwrap_or_default());
+    if let Err(e) = api.create(&Default::default(), &event).await {
+        tracing::warn!(error = %e, "cannot record the scaling event");
+    }
+}
+
+/// A poll in `Keda` mode: the ScaledObject is written (server-side apply) with the current
+/// cap, whenever the cap could be read; KEDA scales. The status shows what the operator read.
+async fn keda_poll(
+    ctx: &AutoscalerContext,
+    cas: &ConsumerAutoscaler,
+    api: &Api<ConsumerAutoscaler>,
+    current: u32,
+    backlog: Result<u64, &str>,
+    cap: Option<u32>,
+    now: Timestamp,
+) -> Result<Action, AutoscalerError> {
+    let spec = &cas.spec;
+    let ns = cas.namespace().ok_or(AutoscalerError::NoNamespace)?;
+    let every = Action::requeue(Duration::from_secs(
+        spec.polling_interval_seconds.max(1) as u64
+    ));
+    let old = cas.status.clone().unwrap_or_default();
+    if backlog.is_ok() {
+        let cluster = spec.cluster_ref.as_ref().map(|c| c.name.as_str());
+        let so = super::keda::scaled_object(cas, cap, cluster);
+        let gvk = GroupVersionKind::gvk("keda.sh", "v1alpha1", super::keda::KIND);
+        let resource = kube::api::ApiResource::from_gvk_with_plural(&gvk, "scaledobjects");
+        let objects: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), &ns, &resource);
+        if let Err(e) = objects
+            .patch(
+                &cas.name_any(),
+                &PatchParams::apply(FIELD_MANAGER).force(),
+                &Patch::Apply(&so),
+            )
+            .await
+        {
+            let why = format!("cannot write the KEDA ScaledObject (is KEDA installed?): {e}");
+            write_status(
+                api,
+                &cas.name_any(),
+                &held(&old, cas.metadata.generation, false, &why, now),
+            )
+            .await?;
+            return Ok(every);
+        }
+    }
+    let decision = Decision {
+        desired: current,
+        active: backlog.is_ok_and(|b| b > spec.activation_backlog.max(0) as u64),
+        capped: None,
+        fallback: false,
+        reason: "KEDA scales (mode Keda)".into(),
+    };
+    let status = after_poll(
+        &old,
+        cas.metadata.generation,
+        &Poll {
+            current,
+            backlog,
+            queue_cap: cap,
+            decision: &decision,
+            failures: u32::from(backlog.is_err()),
+            last_active: None,
+        },
+        now,
+    );
+    write_status(api, &cas.name_any(), &status).await?;
     Ok(every)
 }
 
