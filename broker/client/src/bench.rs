@@ -723,3 +723,135 @@ async fn collect(tasks: Vec<tokio::task::JoinHandle<Stats>>, what: &str) -> Stat
     }
     total
 }
+
+/// Settings of [`scrape_cost`].
+#[derive(Debug, Clone)]
+pub struct ScrapeConfig {
+    /// Name servers.
+    pub namesrv: String,
+    /// The cluster the topics are created in.
+    pub cluster: String,
+    /// The broker's metrics URL (`http://host:port/metrics`).
+    pub metrics_url: String,
+    /// The broker's process id, to read its CPU time (`None`: not measured).
+    pub broker_pid: Option<u32>,
+    /// Consumer groups given offsets.
+    pub groups: usize,
+    /// Topics each group has offsets on.
+    pub topics: usize,
+    /// Queues per topic.
+    pub queues: i32,
+    /// Scrapes measured before and after.
+    pub scrapes: usize,
+}
+
+/// What scrapes cost at one moment.
+#[derive(Debug, Clone, Copy)]
+pub struct ScrapeSample {
+    /// Median wall time of one scrape.
+    pub p50: Duration,
+    /// Longest scrape.
+    pub max: Duration,
+    /// Size of one answer.
+    pub bytes: usize,
+    /// Broker CPU time per scrape (all its threads), when its pid was given.
+    pub cpu: Option<Duration>,
+}
+
+/// [`scrape_cost`]'s result: the same scrapes before and after the groups got offsets.
+#[derive(Debug, Clone, Copy)]
+pub struct ScrapeReport {
+    /// Scrapes of the broker as it was.
+    pub before: ScrapeSample,
+    /// Scrapes with `groups × topics` (group, topic) lag rows more.
+    pub after: ScrapeSample,
+    /// How many (group, topic) pairs were added.
+    pub rows: usize,
+}
+
+/// Measures what a `/metrics` scrape costs the broker once `groups` consumer groups have
+/// offsets on `topics` topics (the lag series are per group and topic): scrapes before, then
+/// offsets committed at each queue's start (so every row has lag to compute), then the same
+/// scrapes again.
+pub async fn scrape_cost(config: &ScrapeConfig) -> Result<ScrapeReport> {
+    use futures_util::stream::{self, StreamExt, TryStreamExt};
+
+    let before = scrape_sample(config).await?;
+    let admin = crate::admin::Admin::new(&config.namesrv)?;
+    let topics: Vec<String> = (0..config.topics)
+        .map(|t| format!("ScrapeCost{t}"))
+        .collect();
+    for topic in &topics {
+        admin
+            .create_topic(
+                &config.cluster,
+                &crate::admin::TopicSpec::new(topic, config.queues),
+            )
+            .await?;
+        admin.wait_for_route(topic, Duration::from_secs(30)).await?;
+    }
+    let pairs: Vec<(String, String)> = (0..config.groups)
+        .flat_map(|g| {
+            topics
+                .iter()
+                .map(move |t| (format!("ScrapeCostGroup{g}"), t.clone()))
+        })
+        .collect();
+    let admin = &admin;
+    stream::iter(pairs)
+        .map(|(group, topic)| async move {
+            admin
+                .reset_offsets(&group, &topic, crate::admin::ResetTo::Earliest)
+                .await
+        })
+        .buffer_unordered(32)
+        .try_collect::<Vec<_>>()
+        .await?;
+    let after = scrape_sample(config).await?;
+    Ok(ScrapeReport {
+        before,
+        after,
+        rows: config.groups * config.topics,
+    })
+}
+
+async fn scrape_sample(config: &ScrapeConfig) -> Result<ScrapeSample> {
+    let cpu_before = config.broker_pid.and_then(process_cpu);
+    let mut times = Vec::with_capacity(config.scrapes);
+    let mut bytes = 0;
+    for _ in 0..config.scrapes.max(1) {
+        let started = Instant::now();
+        let (status, body) = crate::http::get(&config.metrics_url, Duration::from_secs(30))
+            .await
+            .map_err(|e| ClientError::InvalidArgument(e.to_string()))?;
+        times.push(started.elapsed());
+        if status != 200 {
+            return Err(ClientError::InvalidArgument(format!(
+                "{} answered HTTP {status}",
+                config.metrics_url
+            )));
+        }
+        bytes = body.len();
+    }
+    let cpu = match (cpu_before, config.broker_pid.and_then(process_cpu)) {
+        (Some(a), Some(b)) => Some(b.saturating_sub(a) / times.len() as u32),
+        _ => None,
+    };
+    times.sort();
+    Ok(ScrapeSample {
+        p50: times[times.len() / 2],
+        max: times[times.len() - 1],
+        bytes,
+        cpu,
+    })
+}
+
+/// CPU time `pid` has used, summed over its threads (`/proc/<pid>/task/*/schedstat`, in ns).
+fn process_cpu(pid: u32) -> Option<Duration> {
+    let mut total = 0u64;
+    for task in std::fs::read_dir(format!("/proc/{pid}/task")).ok()? {
+        let stat = std::fs::read_to_string(task.ok()?.path().join("schedstat")).ok()?;
+        total += stat.split_whitespace().next()?.parse::<u64>().ok()?;
+    }
+    Some(Duration::from_nanos(total))
+}

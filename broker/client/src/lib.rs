@@ -24,6 +24,7 @@ pub mod bench;
 pub mod consumer;
 pub mod error;
 pub mod histogram;
+pub mod http;
 pub mod identity;
 pub mod message;
 pub mod namesrv;

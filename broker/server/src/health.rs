@@ -174,6 +174,50 @@ impl HealthState {
             "CommitLog bytes not yet dispatched to the ConsumeQueues.",
             max - b.store().dispatched_offset() as i64,
         );
+        // Latency histograms: sends, pull reads, CommitLog flushes.
+        for h in b.stats().latencies() {
+            let _ = registry.register(Box::new(h));
+        }
+        let _ = registry.register(Box::new(b.store().flush_latency()));
+        // Storage, as RocketMQ 5's store metrics name it.
+        let storage = [
+            node[0].as_str(),
+            node[1].as_str(),
+            node[2].as_str(),
+            "local",
+            "disk",
+        ];
+        let storage_gauge = |name: &str, help: &str, v: i64| {
+            let labels = [
+                NODE_LABELS[0],
+                NODE_LABELS[1],
+                NODE_LABELS[2],
+                "storage_type",
+                "storage_medium",
+            ];
+            if let Ok(g) = IntGaugeVec::new(Opts::new(name, help), &labels) {
+                g.with_label_values(&storage).set(v);
+                let _ = registry.register(Box::new(g));
+            }
+        };
+        storage_gauge(
+            "rocketmq_storage_size",
+            "Bytes of messages the CommitLog keeps (its end minus its start).",
+            max - b.store().commit_log_min_offset() as i64,
+        );
+        let oldest = b
+            .store()
+            .message_at(b.store().commit_log_min_offset())
+            .and_then(|r| {
+                conveyor_protocol::message::RecordView::parse(&r)
+                    .ok()
+                    .map(|v| v.store_timestamp())
+            });
+        storage_gauge(
+            "rocketmq_storage_message_reserve_time",
+            "Age in ms of the oldest message the CommitLog keeps (0 when empty).",
+            oldest.map_or(0, |t| (conveyor_protocol::time::now_ms() - t).max(0)),
+        );
         // Traffic per topic: in by message type, out by consumer group.
         let traffic = |kind: &str,
                        help: &str,

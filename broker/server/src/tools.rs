@@ -6,7 +6,9 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::{Args, Subcommand};
 use conveyor_client::admin::{Admin, ResetTo, TopicSpec};
-use conveyor_client::bench::{self, ConsumeConfig, Limit, LongPollConfig, ProduceConfig, Stats};
+use conveyor_client::bench::{
+    self, ConsumeConfig, Limit, LongPollConfig, ProduceConfig, ScrapeConfig, Stats,
+};
 
 /// Common connection flags.
 #[derive(Debug, Clone, Args)]
@@ -104,6 +106,28 @@ pub enum BenchCommand {
         topic: String,
         #[arg(long, default_value_t = 20)]
         trials: usize,
+    },
+    /// What a /metrics scrape costs the broker with many consumer groups: scrapes before and
+    /// after `groups` groups get offsets on `topics` topics.
+    Scrape {
+        #[command(flatten)]
+        target: Target,
+        /// The broker's metrics URL.
+        #[arg(long, default_value = "http://127.0.0.1:8080/metrics")]
+        metrics_url: String,
+        /// The broker's process id (its CPU time per scrape is read from /proc).
+        #[arg(long)]
+        broker_pid: Option<u32>,
+        #[arg(long, default_value = "DefaultCluster")]
+        cluster: String,
+        #[arg(long, default_value_t = 1000)]
+        groups: usize,
+        #[arg(long, default_value_t = 10)]
+        topics: usize,
+        #[arg(long, default_value_t = 4)]
+        queues: i32,
+        #[arg(long, default_value_t = 20)]
+        scrapes: usize,
     },
 }
 
@@ -549,6 +573,52 @@ pub async fn bench(cmd: BenchCommand) -> anyhow::Result<()> {
                 s.min.as_secs_f64() * 1e3,
                 s.median.as_secs_f64() * 1e3,
                 s.max.as_secs_f64() * 1e3
+            );
+        }
+        BenchCommand::Scrape {
+            target,
+            metrics_url,
+            broker_pid,
+            cluster,
+            groups,
+            topics,
+            queues,
+            scrapes,
+        } => {
+            let r = bench::scrape_cost(&ScrapeConfig {
+                namesrv: target.namesrv_addr,
+                cluster,
+                metrics_url,
+                broker_pid,
+                groups,
+                topics,
+                queues,
+                scrapes,
+            })
+            .await
+            .context("scrape benchmark")?;
+            let line = |what: &str, s: &bench::ScrapeSample| {
+                println!(
+                    "{what}: scrape p50 {:.2} ms, max {:.2} ms, {} bytes, broker CPU {}",
+                    s.p50.as_secs_f64() * 1e3,
+                    s.max.as_secs_f64() * 1e3,
+                    s.bytes,
+                    s.cpu.map_or("not measured".into(), |c| format!(
+                        "{:.2} ms per scrape",
+                        c.as_secs_f64() * 1e3
+                    ))
+                );
+            };
+            line("before", &r.before);
+            line(&format!("after {} (group, topic) rows", r.rows), &r.after);
+            println!(
+                "ratio after/before: wall {:.2}x{}",
+                r.after.p50.as_secs_f64() / r.before.p50.as_secs_f64().max(1e-9),
+                match (r.before.cpu, r.after.cpu) {
+                    (Some(b), Some(a)) =>
+                        format!(", CPU {:.2}x", a.as_secs_f64() / b.as_secs_f64().max(1e-9)),
+                    _ => String::new(),
+                }
             );
         }
     }

@@ -121,6 +121,31 @@ async fn probes_and_metrics() {
         "{body}"
     );
 
+    // Latency histograms: every send and pull read counted; the flusher's too.
+    assert!(
+        metric(&body, "conveyor_send_latency_seconds_count") >= Some(3.0),
+        "{body}"
+    );
+    assert!(
+        metric(&body, "conveyor_pull_read_latency_seconds_count") >= Some(1.0),
+        "{body}"
+    );
+    assert!(
+        body.contains("conveyor_store_flush_latency_seconds_bucket{le=\"0.001\"}"),
+        "{body}"
+    );
+    // Storage in RocketMQ 5's names: the three messages are kept, the oldest is not from the
+    // future.
+    let storage = [
+        "node_type=\"broker\"",
+        "storage_type=\"local\"",
+        "storage_medium=\"disk\"",
+    ];
+    let size = series(&body, "rocketmq_storage_size", &storage);
+    assert!(size.len() == 1 && size[0] > 0.0, "{body}");
+    let reserve = series(&body, "rocketmq_storage_message_reserve_time", &storage);
+    assert!(reserve.len() == 1 && reserve[0] >= 0.0, "{body}");
+
     // Every series the chart's Grafana dashboard queries is one this broker exports (a renamed
     // metric would leave a panel empty). Only a master with slaves has the slave-lag series.
     let dashboard = std::fs::read_to_string(

@@ -44,7 +44,14 @@ pub(crate) struct FlushService {
     failure: Mutex<Option<String>>,
     /// `failure.is_some()`, readable without the lock on the append path.
     failed: AtomicBool,
+    /// How long each CommitLog flush (msync) took, in seconds.
+    latency: prometheus::Histogram,
 }
+
+/// Buckets of the flush latency histogram, in seconds: 100 µs to 2.5 s.
+pub const FLUSH_LATENCY_BUCKETS: [f64; 14] = [
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+];
 
 impl Default for FlushService {
     fn default() -> Self {
@@ -56,6 +63,14 @@ impl Default for FlushService {
             tickets: Mutex::new(BTreeMap::new()),
             failure: Mutex::new(None),
             failed: AtomicBool::new(false),
+            latency: prometheus::Histogram::with_opts(
+                prometheus::HistogramOpts::new(
+                    "conveyor_store_flush_latency_seconds",
+                    "Time each CommitLog flush (msync of what was written) took.",
+                )
+                .buckets(FLUSH_LATENCY_BUCKETS.to_vec()),
+            )
+            .expect("constant, valid histogram options"),
         }
     }
 }
@@ -73,6 +88,11 @@ impl FlushTicket {
 }
 
 impl FlushService {
+    /// The flush latency histogram (shares its counts with the service).
+    pub(crate) fn latency(&self) -> prometheus::Histogram {
+        self.latency.clone()
+    }
+
     /// The first flush error, if a flush failed: the store must stop acknowledging writes.
     pub(crate) fn failure(&self) -> Option<String> {
         if !self.failed.load(Ordering::Acquire) {
@@ -170,7 +190,10 @@ impl FlushService {
             return;
         }
         let target = log.max_offset();
-        match log.flush(target) {
+        let started = Instant::now();
+        let flushed = log.flush(target);
+        self.latency.observe(started.elapsed().as_secs_f64());
+        match flushed {
             Ok(flushed) => self.complete_tickets(flushed),
             Err(e) => self.fail(e.to_string()),
         }

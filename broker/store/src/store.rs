@@ -843,6 +843,11 @@ impl MessageStore {
         retention::clean_once(&self.core)
     }
 
+    /// How long CommitLog flushes took (the histogram shares its counts with the flusher).
+    pub fn flush_latency(&self) -> prometheus::Histogram {
+        self.core.flush.latency()
+    }
+
     /// The error of a failed CommitLog flush, if one failed: the store then refuses writes
     /// (and the broker reports not ready) until it is reopened.
     pub fn flush_failure(&self) -> Option<String> {

@@ -6,10 +6,8 @@
 
 use std::time::Duration;
 
-use bytes::Bytes;
 use conveyor_client::route::subscribe_queues;
 use conveyor_client::Admin;
-use http_body_util::{BodyExt, Empty};
 
 /// How long one backlog or route read may take.
 pub const READ_TIMEOUT: Duration = Duration::from_secs(5);
@@ -103,9 +101,9 @@ pub async fn prometheus_backlog(server: &str, query: &str) -> Result<u64, String
             .append_pair("query", query)
             .finish()
     );
-    let (status, body) = tokio::time::timeout(READ_TIMEOUT, http_get(&url))
+    let (status, body) = conveyor_client::http::get(&url, READ_TIMEOUT)
         .await
-        .map_err(|_| format!("Prometheus at {server} did not answer within {READ_TIMEOUT:?}"))??;
+        .map_err(|e| format!("Prometheus: {e}"))?;
     // Prometheus answers a bad query with 400 and a JSON error: show its reason.
     if !(200..300).contains(&status) && status != 400 && status != 422 {
         return Err(format!("Prometheus at {server} answered HTTP {status}"));
@@ -114,45 +112,6 @@ pub async fn prometheus_backlog(server: &str, query: &str) -> Result<u64, String
         Some(v) => Ok(v.round() as u64),
         None => Err("the query returned no series".into()),
     }
-}
-
-/// One plain-HTTP GET (Prometheus inside a cluster is usually plain HTTP; TLS would need a
-/// sidecar or a proxy).
-async fn http_get(url: &str) -> Result<(u16, Bytes), String> {
-    let uri: hyper::Uri = url.parse().map_err(|e| format!("{url}: {e}"))?;
-    if uri.scheme_str() != Some("http") {
-        return Err(format!(
-            "{url}: only http:// Prometheus addresses are supported"
-        ));
-    }
-    let host = uri.host().ok_or_else(|| format!("{url}: no host"))?;
-    let port = uri.port_u16().unwrap_or(80);
-    let stream = tokio::net::TcpStream::connect((host, port))
-        .await
-        .map_err(|e| format!("cannot reach {host}:{port}: {e}"))?;
-    let (mut sender, conn) =
-        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
-            .await
-            .map_err(|e| e.to_string())?;
-    let conn = tokio::spawn(conn);
-    let authority = uri.authority().map(|a| a.to_string()).unwrap_or_default();
-    let request = hyper::Request::get(uri)
-        .header(hyper::header::HOST, authority)
-        .body(Empty::<Bytes>::new())
-        .map_err(|e| e.to_string())?;
-    let response = sender
-        .send_request(request)
-        .await
-        .map_err(|e| e.to_string())?;
-    let status = response.status().as_u16();
-    let body = response
-        .into_body()
-        .collect()
-        .await
-        .map_err(|e| e.to_string())?
-        .to_bytes();
-    conn.abort();
-    Ok((status, body))
 }
 
 /// The group's backlog on `topics` from the brokers: for every readable queue, the queue's

@@ -640,7 +640,9 @@ impl Broker {
         };
         match req.code {
             rc::SEND_MESSAGE | rc::SEND_MESSAGE_V2 | rc::SEND_BATCH_MESSAGE => {
+                let started = std::time::Instant::now();
                 let answer = self.send.handle(conn, req).await;
+                self.stats.observe_send(started.elapsed());
                 self.relay.after_demotion(req, answer).await
             }
             rc::CONSUMER_SEND_MSG_BACK => self.send_back.handle(req).await,

@@ -325,9 +325,6 @@ impl PullMessageProcessor {
                 .await
                 .map_err(|e| read_failed(req, topic, queue_id, offset, &e))?;
             let (code, next) = pull_code(&r, offset);
-            if code == resp::SUCCESS {
-                self.offsets.record_pull(group, topic, queue_id, next);
-            }
             if code == resp::PULL_NOT_FOUND && may_hold && Instant::now() < deadline {
                 let woken = tokio::select! {
                     r = tokio::time::timeout_at(deadline.into(), arrived) => r.is_ok(),
@@ -352,6 +349,24 @@ impl PullMessageProcessor {
         }
     }
 
+    /// Reads a pull's records ([`Self::read_records`]) and times the read.
+    async fn read(
+        &self,
+        topic: &str,
+        queue_id: i32,
+        offset: i64,
+        max_count: usize,
+        max_bytes: usize,
+        filter: &TagFilter,
+    ) -> Result<GetResult, StoreError> {
+        let started = Instant::now();
+        let r = self
+            .read_records(topic, queue_id, offset, max_count, max_bytes, filter)
+            .await;
+        self.stats.observe_read(started.elapsed());
+        r
+    }
+
     /// Reads from the store, always on the blocking pool, never on a runtime worker: through
     /// the mappings when the entries and records are in memory, with positional reads when
     /// they are not (a block the disk cannot read must come back as an error for this pull,
@@ -363,7 +378,7 @@ impl PullMessageProcessor {
     /// such faults for tens of milliseconds, and a producer served by that worker waited with
     /// them. On the blocking pool such a wait holds up only this pull. Reads of data not in
     /// memory also queue for one of `cold_reads`' permits (one per core).
-    async fn read(
+    async fn read_records(
         &self,
         topic: &str,
         queue_id: i32,

@@ -95,8 +95,9 @@ fn flatten<K>(
         .collect()
 }
 
-/// Messages and bytes in and out since the broker started.
-#[derive(Debug, Default)]
+/// Messages and bytes in and out since the broker started, and how long sends and pull reads
+/// take.
+#[derive(Debug)]
 pub struct BrokerStats {
     /// Messages stored by sends.
     messages_in: AtomicU64,
@@ -112,6 +113,44 @@ pub struct BrokerStats {
     topics_in: Mutex<HashMap<String, HashMap<MessageType, Traffic>>>,
     /// Delivered, by topic, then by consumer group (bounded by the topic and group limits).
     topics_out: Mutex<HashMap<String, HashMap<String, Traffic>>>,
+    /// Time from a send's dispatch to its answer (durability waits included), in seconds.
+    send_latency: prometheus::Histogram,
+    /// Time to read one pull's records from the store, in seconds.
+    read_latency: prometheus::Histogram,
+}
+
+/// Buckets of the latency histograms, in seconds: 50 µs to 5 s.
+const LATENCY_BUCKETS: [f64; 16] = [
+    0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
+    2.5, 5.0,
+];
+
+fn histogram(name: &str, help: &str) -> prometheus::Histogram {
+    prometheus::Histogram::with_opts(
+        prometheus::HistogramOpts::new(name, help).buckets(LATENCY_BUCKETS.to_vec()),
+    )
+    .expect("constant, valid histogram options")
+}
+
+impl Default for BrokerStats {
+    fn default() -> Self {
+        Self {
+            messages_in: AtomicU64::default(),
+            bytes_in: AtomicU64::default(),
+            messages_out: AtomicU64::default(),
+            bytes_out: AtomicU64::default(),
+            topics_in: Mutex::default(),
+            topics_out: Mutex::default(),
+            send_latency: histogram(
+                "conveyor_send_latency_seconds",
+                "Time from a send's dispatch to its answer, durability waits included.",
+            ),
+            read_latency: histogram(
+                "conveyor_pull_read_latency_seconds",
+                "Time to read one pull's records from the store.",
+            ),
+        }
+    }
 }
 
 /// The counters at one moment.
@@ -147,6 +186,21 @@ impl BrokerStats {
         self.bytes_out.fetch_add(bytes as u64, Ordering::Relaxed);
         let mut topics = self.topics_out.lock().unwrap_or_else(|e| e.into_inner());
         traffic_of(traffic_of(&mut topics, topic), group).add(messages, bytes);
+    }
+
+    /// One send took `elapsed`.
+    pub fn observe_send(&self, elapsed: std::time::Duration) {
+        self.send_latency.observe(elapsed.as_secs_f64());
+    }
+
+    /// One pull's read took `elapsed`.
+    pub fn observe_read(&self, elapsed: std::time::Duration) {
+        self.read_latency.observe(elapsed.as_secs_f64());
+    }
+
+    /// The latency histograms (sharing their counts with these stats), for export.
+    pub fn latencies(&self) -> [prometheus::Histogram; 2] {
+        [self.send_latency.clone(), self.read_latency.clone()]
     }
 
     /// Stored traffic as (topic, message type, traffic).
