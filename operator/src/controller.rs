@@ -107,12 +107,15 @@ pub async fn run_controller(
                 Err(e) => tracing::debug!(error = %e, "reconcile error"),
             }
         });
-    // The consumer autoscalers run beside, under the same leadership.
-    let autoscalers = crate::autoscaler::run::run(client.clone(), namespace.clone(), instance);
+    // The consumer autoscalers and the declared topics run beside, under the same leadership.
+    let autoscalers =
+        crate::autoscaler::run::run(client.clone(), namespace.clone(), instance.clone());
+    let topics = crate::topics::run::run(client.clone(), namespace.clone(), instance);
     let run = async move {
         tokio::select! {
             _ = run => {}
             _ = autoscalers => {}
+            _ = topics => {}
         }
     };
     let mut run = std::pin::pin!(run);

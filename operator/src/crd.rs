@@ -397,6 +397,10 @@ pub fn crd_files() -> Vec<(&'static str, String)> {
             "consumerautoscalers",
             render(&crate::autoscaler::resource::ConsumerAutoscaler::crd()),
         ),
+        (
+            "messagequeuetopics",
+            render(&crate::topics::resource::MessageQueueTopic::crd()),
+        ),
     ]
 }
 

@@ -24,7 +24,7 @@ struct Cli {
 enum Command {
     /// Print a CustomResourceDefinition as YAML (the content of crds/<PLURAL>.conveyor.dev.yaml).
     Crd {
-        /// Which: messagequeueclusters or consumerautoscalers.
+        /// Which: messagequeueclusters, consumerautoscalers or messagequeuetopics.
         #[arg(default_value = "messagequeueclusters")]
         plural: String,
     },

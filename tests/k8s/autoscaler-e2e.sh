@@ -57,15 +57,14 @@ cleanup() {
 trap cleanup EXIT
 
 echo "== two broker groups and Prometheus"
-NSP=$(free_port)
+read -r NSP H0 H1 L0 L1 R0 R1 PP <<<"$(free_ports 8)"
 export CONVEYOR_NAMESRV_ADDR="127.0.0.1:$NSP"
-H0=$(free_port); H1=$(free_port)
-"$BIN" standalone --data-dir "$D/b0" --namesrv-listen "127.0.0.1:$NSP" --listen "127.0.0.1:$(free_port)" \
-  --http-listen "127.0.0.1:$H0" --replication-listen "127.0.0.1:$(free_port)" --cluster-name mq --broker-name mq-0 \
+"$BIN" standalone --data-dir "$D/b0" --namesrv-listen "127.0.0.1:$NSP" --listen "127.0.0.1:$L0" \
+  --http-listen "127.0.0.1:$H0" --replication-listen "127.0.0.1:$R0" --cluster-name mq --broker-name mq-0 \
   > "$D/b0.log" 2>&1 &
 PIDS+=($!)
-"$BIN" broker --data-dir "$D/b1" --namesrv-addr "127.0.0.1:$NSP" --listen "127.0.0.1:$(free_port)" \
-  --http-listen "127.0.0.1:$H1" --replication-listen "127.0.0.1:$(free_port)" --cluster-name mq --broker-name mq-1 \
+"$BIN" broker --data-dir "$D/b1" --namesrv-addr "127.0.0.1:$NSP" --listen "127.0.0.1:$L1" \
+  --http-listen "127.0.0.1:$H1" --replication-listen "127.0.0.1:$R1" --cluster-name mq --broker-name mq-1 \
   > "$D/b1.log" 2>&1 &
 PIDS+=($!)
 ready() { curl -fs "http://127.0.0.1:$1/readyz" >/dev/null; }
@@ -74,9 +73,8 @@ wait_for 60 "broker group mq-1 ready" ready "$H1"
 quiet "$BIN" admin create-topic --topic Orders --queues 4 --cluster mq
 routed() { "$BIN" admin topics | grep -c '^Orders ' | grep -qx 8; }
 wait_for 30 "topic Orders routed with 4 queues on each group (8 read queues)" routed
-produce() { quiet "$BIN" bench produce --topic Orders --size 64 --producers 1 --in-flight 16 --count "$1"; }
+produce() { quiet "$BIN" bench produce --topic "${2:-Orders}" --size 64 --producers 1 --in-flight 16 --count "$1"; }
 
-PP=$(free_port)
 cat > "$D/prometheus.yml" <<EOF
 global: {scrape_interval: 1s, evaluation_interval: 1s}
 scrape_configs:
@@ -255,6 +253,48 @@ autoscaler pool 'test.conveyor.dev/v1|ConsumerPool' pool orders-cg '{"targetBack
 wait_for 30 "ConsumerPool scaled through /scale: 205 / 50 = 5" has_replicas consumerpool/pool 5
 K delete cas pool >/dev/null
 wait_for 20 "autoscaler pool deleted" bash -c "! kubectl get cas pool"
+
+echo "-- MessageQueueTopic: declared, grown when its consumers are capped, shrunk after a drain"
+K apply -f - >/dev/null <<EOF
+apiVersion: conveyor.dev/v1alpha1
+kind: MessageQueueTopic
+metadata: {name: payments}
+spec:
+  nameServer: "127.0.0.1:$NSP"
+  clusterName: mq
+  queues: 2
+  syncIntervalSeconds: 1
+  queueAutoscaling: {enabled: true, minQueues: 2, maxQueues: 4, step: 2, growAfterSeconds: 2, shrinkAfterSeconds: 3}
+EOF
+mqt() { K get mqt payments -o jsonpath="{.status.$1}"; }
+queues_are() { [ "$(mqt readQueues)/$(mqt writeQueues)/$(mqt phase)" = "$1/$2/$3" ]; }
+wait_for 30 "topic payments created on both groups: 2 read and write queues each" queues_are 2 2 Stable
+routed_payments() { "$BIN" admin topics | grep -c '^payments ' | grep -qx "$1"; }
+wait_for 30 "its route lists 4 read queues" routed_payments 4
+quiet "$BIN" admin reset-offset --group pay-a --topic payments --to earliest
+quiet "$BIN" admin reset-offset --group pay-b --topic payments --to earliest
+K create deployment payments-consumer --image=consumer:test --replicas=1 >/dev/null
+autoscaler pay 'apps/v1|Deployment' payments-consumer pay-a '{"topics":["payments"],"targetBacklogPerReplica":10,"minReplicas":1,"maxReplicas":50}'
+produce 300 payments
+wait_for 30 "300 messages for 10 per replica: capped at the 4 read queues" has_replicas deployment/payments-consumer 4
+wait_for 40 "capped for the grow window: read raised, then write (4 per group)" queues_are 4 4 Stable
+wait_for 30 "the autoscaler's cap rose with the queues: 8 replicas" has_replicas deployment/payments-consumer 8
+# More messages, now on all 4 queues of each group; then pay-a catches up, pay-b does not.
+produce 100 payments
+quiet "$BIN" admin reset-offset --group pay-a --topic payments --to latest
+wait_for 60 "pay-a needs fewer: write lowered to 2, read held at 4 while pay-b has not consumed queues 2-3" \
+  bash -c "[ \"\$(kubectl get mqt payments -o jsonpath='{.status.readQueues}/{.status.writeQueues}/{.status.phase}/{.status.waitingFor}')\" = '4/2/Draining/[\"pay-b\"]' ]"
+check "still draining a moment later (read 4): the shrink waits for every group" queues_are 4 2 Draining
+quiet "$BIN" admin reset-offset --group pay-b --topic payments --to latest
+wait_for 30 "pay-b consumed them: read lowered to 2" queues_are 2 2 Stable
+history_ok() { # the applied configurations, in order: never write above read; grow read-first, shrink write-first
+  K get events.events.k8s.io --sort-by=.eventTime -o jsonpath='{range .items[?(@.reason=="QueuesChanged")]}{.note}{"\n"}{end}' | python3 -c '
+import re, sys
+steps = [tuple(map(int, m.groups())) for m in re.finditer(r"→ read (\d+) write (\d+)", sys.stdin.read())]
+assert steps == [(2, 2), (4, 2), (4, 4), (4, 2), (2, 2)], steps'
+}
+check "topic history: created 2/2, read 4 then write 4, write 2 then (after the drain) read 2" history_ok
+K delete cas pay >/dev/null
 
 echo "-- Prometheus as the source, a StatefulSet as the target"
 # The lag series exists only for groups with offsets: commit this group's at the start.

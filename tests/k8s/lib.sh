@@ -16,6 +16,14 @@ check() { local what=$1; shift; if "$@"; then ok "$what"; else bad "$what"; fi; 
 quiet() { "$@" >/dev/null; }
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+# free_ports N: N distinct free loopback ports on one line (all held open while chosen, so no
+# two are the same, as two free_port calls in a row can be).
+free_ports() {
+  python3 -c 'import socket, sys
+ss = [socket.socket() for _ in range(int(sys.argv[1]))]
+for s in ss: s.bind(("127.0.0.1", 0))
+print(" ".join(str(s.getsockname()[1]) for s in ss))' "$1"
+}
 
 # start_etcd DIR KBIN: etcd on two free loopback ports, data in DIR/etcd; sets ETCD_PORT.
 start_etcd() {

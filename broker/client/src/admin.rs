@@ -10,7 +10,7 @@ use conveyor_protocol::code::{request_code, response_code};
 use conveyor_protocol::command::{ExtFields, RemotingCommand};
 use conveyor_protocol::message::{decode_records, parse_offset_msg_id, StoredMessage};
 use conveyor_protocol::route::{
-    perm, ClusterInfo, MessageQueue, TopicConfig, TopicFilterType, TopicRouteData,
+    perm, ClusterInfo, GroupList, MessageQueue, TopicConfig, TopicFilterType, TopicRouteData,
 };
 
 use crate::consumer::{query_consumer_offset, queue_offset_call};
@@ -313,6 +313,29 @@ impl Admin {
             });
         }
         Ok(ConsumerProgress { queues, total_diff })
+    }
+
+    /// The consumer groups of `topic`: subscribed now or with committed offsets, on any of
+    /// its brokers (QUERY_TOPIC_CONSUME_BY_WHO to each master).
+    pub async fn topic_consumers(&self, topic: &str) -> Result<Vec<String>> {
+        let route = self.namesrv.refresh_route(topic).await?;
+        let mut groups = Vec::new();
+        for addr in master_addrs(&route).into_values() {
+            let request = RemotingCommand::request(
+                request_code::QUERY_TOPIC_CONSUME_BY_WHO,
+                ExtFields::new(),
+            )
+            .with_ext("topic", topic);
+            let response = self
+                .remoting
+                .invoke_ok(&addr, request, self.timeout)
+                .await?;
+            let list: GroupList = conveyor_protocol::json::from_slice(&response.body)?;
+            groups.extend(list.group_list);
+        }
+        groups.sort();
+        groups.dedup();
+        Ok(groups)
     }
 
     /// Commits new offsets for `group` on every readable queue of `topic`, straight to the

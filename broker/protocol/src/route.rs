@@ -166,6 +166,14 @@ pub struct ClusterInfo {
     pub cluster_addr_table: BTreeMap<String, Vec<String>>,
 }
 
+/// Body of QUERY_TOPIC_CONSUME_BY_WHO (300) responses: the consumer groups of a topic.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct GroupList {
+    /// Group names.
+    #[serde(rename = "groupList", default, deserialize_with = "null_as_default")]
+    pub group_list: Vec<String>,
+}
+
 /// Body of GET_ALL_TOPIC_LIST_FROM_NAMESERVER (206) / GET_TOPICS_BY_CLUSTER (224) responses.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct TopicList {

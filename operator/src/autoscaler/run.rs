@@ -9,7 +9,6 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use conveyor_client::Admin;
 use futures::StreamExt;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DynamicObject, GroupVersionKind, Patch, PatchParams};
@@ -22,7 +21,7 @@ use super::recommend::Decision;
 use super::recommend::{decide, Direction, Memory, Rules};
 use super::resource::{AutoscalerMode, ConsumerAutoscaler, ConsumerAutoscalerSpec};
 use super::status::{after_poll, held, Poll};
-use crate::crd::{MessageQueueCluster, PAUSE_ANNOTATION};
+use crate::crd::PAUSE_ANNOTATION;
 use crate::reconcile::context::FIELD_MANAGER;
 
 /// Why a poll could not run (retried with a backoff; nothing is changed).
@@ -44,20 +43,8 @@ struct AutoscalerContext {
     instance: String,
     /// The HPA's memory of each autoscaler, by uid.
     memories: Mutex<HashMap<String, Memory>>,
-    /// One admin client per set of name servers (their connections are reused).
-    admins: Mutex<HashMap<String, Arc<Admin>>>,
-}
-
-impl AutoscalerContext {
-    fn admin(&self, name_servers: &str) -> Result<Arc<Admin>, String> {
-        let mut admins = self.admins.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(a) = admins.get(name_servers) {
-            return Ok(a.clone());
-        }
-        let admin = Arc::new(Admin::new(name_servers).map_err(|e| e.to_string())?);
-        admins.insert(name_servers.to_string(), admin.clone());
-        Ok(admin)
-    }
+    /// Admin clients of the clusters the autoscalers read.
+    admins: crate::rocketmq::AdminPool,
 }
 
 /// Runs the autoscalers of `namespace` (all when `None`) until the future is dropped.
@@ -70,7 +57,7 @@ pub async fn run(client: Client, namespace: Option<String>, instance: Option<Str
         instance: instance.unwrap_or_else(|| FIELD_MANAGER.into()),
         client,
         memories: Mutex::new(HashMap::new()),
-        admins: Mutex::new(HashMap::new()),
+        admins: Default::default(),
     });
     Controller::new(api, watcher::Config::default())
         .run(poll, error_policy, ctx)
@@ -187,7 +174,16 @@ async fn poll(
             decision.desired,
             decision.reason
         );
-        scaled_event(&ctx, &cas, decision.fallback, note).await;
+        crate::events::record(
+            &ctx.client,
+            &ctx.instance,
+            cas.as_ref(),
+            decision.fallback,
+            "Scaled",
+            "Scale",
+            note,
+        )
+        .await;
     }
     let status = after_poll(
         &old,
@@ -204,40 +200,6 @@ async fn poll(
     );
     write_status(&api, &name, &status).await?;
     Ok(every)
-}
-
-/// Records one scale as its own event. (kube's `Recorder` folds events of the same reason
-/// into a series that keeps the first note: the counts of later scales would be lost.)
-async fn scaled_event(
-    ctx: &AutoscalerContext,
-    cas: &ConsumerAutoscaler,
-    warning: bool,
-    note: String,
-) {
-    let now = Timestamp::now();
-    let event = k8s_openapi::api::events::v1::Event {
-        metadata: kube::api::ObjectMeta {
-            name: Some(format!("{}.{:x}", cas.name_any(), now.as_nanosecond())),
-            namespace: cas.namespace(),
-            ..Default::default()
-        },
-        event_time: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(
-            now,
-        )),
-        type_: Some(if warning { "Warning" } else { "Normal" }.into()),
-        reason: Some("Scaled".into()),
-        action: Some("Scale".into()),
-        note: Some(note),
-        regarding: Some(cas.object_ref(&())),
-        reporting_controller: Some(FIELD_MANAGER.into()),
-        reporting_instance: Some(ctx.instance.clone()),
-        ..Default::default()
-    };
-    let api: Api<k8s_openapi::api::events::v1::Event> =
-        Api::namespaced(ctx.client.clone(), &cas.namespace().unwrap_or_default());
-    if let Err(e) = api.create(&Default::default(), &event).await {
-        tracing::warn!(error = %e, "cannot record the scaling event");
-    }
 }
 
 /// A poll in `Keda` mode: the ScaledObject is written (server-side apply) with the current
@@ -312,8 +274,14 @@ async fn observe(
     ns: &str,
     spec: &ConsumerAutoscalerSpec,
 ) -> Result<(u64, Option<u32>), String> {
-    let (name_servers, cluster) = name_servers(ctx, ns, spec).await?;
-    let admin = ctx.admin(&name_servers)?;
+    let (name_servers, cluster) = crate::rocketmq::name_servers(
+        &ctx.client,
+        ns,
+        spec.cluster_ref.as_ref(),
+        spec.name_server.as_deref(),
+    )
+    .await?;
+    let admin = ctx.admins.get(&name_servers)?;
     let backlog = match &spec.prometheus {
         Some(p) => {
             let query = p.query.clone().unwrap_or_else(|| {
@@ -340,31 +308,6 @@ async fn observe(
         Some(cap)
     };
     Ok((backlog, cap))
-}
-
-/// The name servers to ask, and the cluster name for the default query.
-async fn name_servers(
-    ctx: &AutoscalerContext,
-    ns: &str,
-    spec: &ConsumerAutoscalerSpec,
-) -> Result<(String, Option<String>), String> {
-    if let Some(addrs) = &spec.name_server {
-        return Ok((addrs.clone(), None));
-    }
-    let Some(cluster) = &spec.cluster_ref else {
-        return Err("neither clusterRef nor nameServer is set".into());
-    };
-    let api: Api<MessageQueueCluster> = Api::namespaced(ctx.client.clone(), ns);
-    let mqc = api
-        .get(&cluster.name)
-        .await
-        .map_err(|e| format!("MessageQueueCluster {}: {e}", cluster.name))?;
-    let addrs = mqc
-        .status
-        .as_ref()
-        .and_then(|s| s.name_server_addresses.clone())
-        .unwrap_or_else(|| crate::builders::name_server_addresses(&mqc));
-    Ok((addrs, Some(cluster.name.clone())))
 }
 
 /// The API of the target's kind, found through discovery (any kind with `/scale`).

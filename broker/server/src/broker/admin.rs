@@ -21,7 +21,7 @@ use conveyor_protocol::header::admin::{
 };
 use conveyor_protocol::json;
 use conveyor_protocol::route::{
-    MessageQueue, SubscriptionData, TopicConfig, TopicConfigSerializeWrapper,
+    GroupList, MessageQueue, SubscriptionData, TopicConfig, TopicConfigSerializeWrapper,
 };
 use conveyor_protocol::time::now_ms;
 use conveyor_store::MessageStore;
@@ -98,12 +98,6 @@ struct ConsumerConnection {
     consume_type: conveyor_protocol::route::ConsumeType,
     message_model: conveyor_protocol::route::MessageModel,
     consume_from_where: conveyor_protocol::route::ConsumeFromWhere,
-}
-
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct GroupList {
-    group_list: Vec<String>,
 }
 
 #[derive(Serialize)]
