@@ -288,13 +288,80 @@ check "still draining a moment later (read 4): the shrink waits for every group"
 quiet "$BIN" admin reset-offset --group pay-b --topic payments --to latest
 wait_for 30 "pay-b consumed them: read lowered to 2" queues_are 2 2 Stable
 history_ok() { # the applied configurations, in order: never write above read; grow read-first, shrink write-first
-  K get events.events.k8s.io --sort-by=.eventTime -o jsonpath='{range .items[?(@.reason=="QueuesChanged")]}{.note}{"\n"}{end}' | python3 -c '
+  K get events.events.k8s.io --sort-by=.eventTime -o jsonpath='{range .items[?(@.reason=="QueuesChanged")]}{.regarding.name} {.note}{"\n"}{end}' | grep '^payments ' | python3 -c '
 import re, sys
 steps = [tuple(map(int, m.groups())) for m in re.finditer(r"→ read (\d+) write (\d+)", sys.stdin.read())]
 assert steps == [(2, 2), (4, 2), (4, 4), (4, 2), (2, 2)], steps'
 }
 check "topic history: created 2/2, read 4 then write 4, write 2 then (after the drain) read 2" history_ok
 K delete cas pay >/dev/null
+
+echo "-- the same with consumers running: a replica driver runs one group member per replica"
+# drive DEPLOYMENT GROUP TOPIC DELAY_MS: keeps as many `conveyor bench member` processes (real
+# clustering consumers of the Rust client, ids of what they handle appended to $D/ledger-GROUP)
+# running as the Deployment's spec.replicas, checked every second, and writes the count to
+# its status as the Deployment controller would.
+drive() {
+  local dep=$1 group=$2 topic=$3 delay=$4 pids=() want
+  trap 'kill "${pids[@]}" 2>/dev/null; wait; exit 0' TERM
+  while true; do
+    want=$(kubectl get deployment "$dep" -o jsonpath='{.spec.replicas}' 2>/dev/null) || { sleep 1; continue; }
+    # A member that exited is replaced, as a pod's container would be restarted.
+    local alive=() p
+    for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null && alive+=("$p"); done
+    pids=("${alive[@]}")
+    while [ "${#pids[@]}" -lt "${want:-0}" ]; do
+      "$BIN" bench member --group "$group" --topic "$topic" --rebalance-ms 500 --delay-ms "$delay" \
+        --ledger "$D/ledger-$group" >>"$D/member-$group.log" 2>&1 &
+      pids+=($!)
+    done
+    while [ "${#pids[@]}" -gt "${want:-0}" ]; do
+      kill -TERM "${pids[-1]}" 2>/dev/null; wait "${pids[-1]}" 2>/dev/null || true; unset 'pids[-1]'
+    done
+    kubectl patch deployment "$dep" --subresource=status --type merge \
+      -p "{\"status\":{\"replicas\":$want,\"readyReplicas\":$want}}" >/dev/null 2>&1 || true
+    sleep 1 & wait $!
+  done
+}
+K apply -f - >/dev/null <<EOF
+apiVersion: conveyor.dev/v1alpha1
+kind: MessageQueueTopic
+metadata: {name: refunds}
+spec:
+  nameServer: "127.0.0.1:$NSP"
+  clusterName: mq
+  queues: 2
+  syncIntervalSeconds: 1
+  queueAutoscaling: {enabled: true, minQueues: 2, maxQueues: 4, step: 2, growAfterSeconds: 2, shrinkAfterSeconds: 3}
+EOF
+refunds() { K get mqt refunds -o jsonpath="{.status.readQueues}/{.status.writeQueues}/{.status.phase}"; }
+wait_for 30 "topic refunds created: 2 queues per group" bash -c "[ \"\$(kubectl get mqt refunds -o jsonpath='{.status.readQueues}/{.status.writeQueues}/{.status.phase}')\" = 2/2/Stable ]"
+K create deployment refunds-a --image=consumer:test --replicas=1 >/dev/null
+K create deployment refunds-b --image=consumer:test --replicas=1 >/dev/null
+drive refunds-a ref-a refunds 20 & PIDS+=($!)
+drive refunds-b ref-b refunds 5 & PIDS+=($!)
+autoscaler refunds 'apps/v1|Deployment' refunds-a ref-a '{"topics":["refunds"],"targetBacklogPerReplica":20,"minReplicas":1,"maxReplicas":50}'
+sent() { "$BIN" bench produce --topic refunds --size 64 --producers 1 --in-flight 16 --count "$1" | tail -1; }
+FIRST=$(sent 1200)
+wait_for 60 "slow members of ref-a fall behind: capped, the topic grows to 4 queues per group" \
+  bash -c "kubectl get mqt refunds -o jsonpath='{.status.writeQueues}' | grep -qx 4"
+SECOND=$(sent 600)
+check "1,800 messages sent, none failed" bash -c "grep -q '1200 msgs.*errors 0\$' <<<'$FIRST' && grep -q '600 msgs.*errors 0\$' <<<'$SECOND'"
+wait_for 30 "ref-a scaled past the old cap of 4 (the cap is 8 now)" bash -c "[ \"\$(kubectl get deployment refunds-a -o jsonpath='{.spec.replicas}')\" -gt 4 ]"
+ledger() { sort -u "$D/ledger-$1" 2>/dev/null | wc -l; }
+all_consumed() { [ "$(ledger ref-a)" -ge 1800 ] && [ "$(ledger ref-b)" -ge 1800 ]; }
+wait_for 120 "both groups consumed all 1,800 messages (at least once, distinct ids)" all_consumed
+check "nothing else in the ledgers: exactly 1,800 distinct ids each" test "$(ledger ref-a)/$(ledger ref-b)" = 1800/1800
+wait_for 90 "backlog gone: the topic shrinks back to 2 queues per group after both groups drained" \
+  bash -c "[ \"\$(kubectl get mqt refunds -o jsonpath='{.status.readQueues}/{.status.writeQueues}/{.status.phase}')\" = 2/2/Stable ]"
+refunds_history_ok() {
+  K get events.events.k8s.io --sort-by=.eventTime -o jsonpath='{range .items[?(@.reason=="QueuesChanged")]}{.regarding.name} {.note}{"\n"}{end}' | grep '^refunds ' | python3 -c '
+import re, sys
+steps = [tuple(map(int, m.groups())) for m in re.finditer(r"→ read (\d+) write (\d+)", sys.stdin.read())]
+assert steps == [(2, 2), (4, 2), (4, 4), (4, 2), (2, 2)], steps'
+}
+check "refunds history with consumers running: created, read then write up, write then read down" refunds_history_ok
+K delete cas refunds >/dev/null
 
 echo "-- Prometheus as the source, a StatefulSet as the target"
 # The lag series exists only for groups with offsets: commit this group's at the start.

@@ -23,6 +23,7 @@ pub mod admin;
 pub mod bench;
 pub mod consumer;
 pub mod error;
+pub mod group;
 pub mod histogram;
 pub mod http;
 pub mod identity;

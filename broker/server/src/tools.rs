@@ -9,6 +9,7 @@ use conveyor_client::admin::{Admin, ResetTo, TopicSpec};
 use conveyor_client::bench::{
     self, ConsumeConfig, Limit, LongPollConfig, ProduceConfig, ScrapeConfig, Stats,
 };
+use conveyor_client::{PullConsumer, PullConsumerConfig};
 
 /// Common connection flags.
 #[derive(Debug, Clone, Args)]
@@ -106,6 +107,26 @@ pub enum BenchCommand {
         topic: String,
         #[arg(long, default_value_t = 20)]
         trials: usize,
+    },
+    /// A member of a consumer group, consuming a topic until SIGTERM or Ctrl-C: it shares the
+    /// topic's queues with the group's other members (RocketMQ's average allocation) and
+    /// writes the id of every message it handles to `--ledger` (or stdout).
+    Member {
+        #[command(flatten)]
+        target: Target,
+        #[arg(long)]
+        group: String,
+        #[arg(long)]
+        topic: String,
+        /// Milliseconds between rebalances.
+        #[arg(long, default_value_t = 20_000)]
+        rebalance_ms: u64,
+        /// Milliseconds spent per message (a slow consumer).
+        #[arg(long, default_value_t = 0)]
+        delay_ms: u64,
+        /// File the message ids are appended to.
+        #[arg(long)]
+        ledger: Option<std::path::PathBuf>,
     },
     /// What a /metrics scrape costs the broker with many consumer groups: scrapes before and
     /// after `groups` groups get offsets on `topics` topics.
@@ -574,6 +595,59 @@ pub async fn bench(cmd: BenchCommand) -> anyhow::Result<()> {
                 s.median.as_secs_f64() * 1e3,
                 s.max.as_secs_f64() * 1e3
             );
+        }
+        BenchCommand::Member {
+            target,
+            group,
+            topic,
+            rebalance_ms,
+            delay_ms,
+            ledger,
+        } => {
+            use std::io::Write;
+            let consumer = PullConsumer::new(PullConsumerConfig::new(target.namesrv_addr, group))?;
+            let mut out: Box<dyn Write + Send> = match &ledger {
+                Some(path) => Box::new(
+                    std::fs::OpenOptions::new()
+                        .create(true)
+                        .append(true)
+                        .open(path)
+                        .with_context(|| format!("open {}", path.display()))?,
+                ),
+                None => Box::new(std::io::stdout()),
+            };
+            let stop = tokio_util::sync::CancellationToken::new();
+            let on_signal = stop.clone();
+            tokio::spawn(async move {
+                let mut term =
+                    tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+                tokio::select! {
+                    _ = async { if let Some(t) = term.as_mut() { t.recv().await; } } => {}
+                    _ = tokio::signal::ctrl_c() => {}
+                }
+                on_signal.cancel();
+            });
+            let mut failed = None;
+            conveyor_client::group::run_member(
+                &consumer,
+                &topic,
+                conveyor_client::group::MemberConfig {
+                    rebalance: Duration::from_millis(rebalance_ms.max(100)),
+                    per_message: Duration::from_millis(delay_ms),
+                },
+                stop,
+                |m| {
+                    if let Err(e) = writeln!(out, "{}", m.msg_id()) {
+                        failed.get_or_insert(e);
+                    }
+                },
+            )
+            .await
+            .context("member")?;
+            consumer.close();
+            if let Some(e) = failed {
+                return Err(e).context("write the ledger");
+            }
         }
         BenchCommand::Scrape {
             target,
