@@ -13,6 +13,7 @@ use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
+use crate::broker::lag::GroupLag;
 use crate::broker::stats::Traffic;
 use crate::broker::Broker;
 
@@ -267,108 +268,11 @@ impl HealthState {
             "consumer_group",
             b.stats().topics_out(),
         );
-        let lags = crate::broker::lag::consumer_lag(b.offsets(), b.store());
-        let now = conveyor_protocol::time::now_ms();
-        // Backlog per (group, topic) for every group with offsets, consumers online or not:
-        // what autoscalers read.
-        let lag_labels = [
-            NODE_LABELS[0],
-            NODE_LABELS[1],
-            NODE_LABELS[2],
-            "consumer_group",
-            "topic",
-            "is_retry",
-            "is_system",
-        ];
-        let lag_gauge =
-            |name: &str, help: &str| IntGaugeVec::new(Opts::new(name, help), &lag_labels);
-        if let (Ok(messages), Ok(latency), Ok(inflight), Ok(ready)) = (
-            lag_gauge(
-                "rocketmq_consumer_lag_messages",
-                "Messages stored and not yet consumed by the group.",
-            ),
-            lag_gauge(
-                "rocketmq_consumer_lag_latency_milliseconds",
-                "Age of the oldest message the group has not consumed.",
-            ),
-            lag_gauge(
-                "rocketmq_consumer_inflight_messages",
-                "Messages the group pulled and has not committed yet.",
-            ),
-            lag_gauge(
-                "rocketmq_consumer_ready_messages",
-                "Messages stored and not yet pulled by the group.",
-            ),
-        ) {
-            for l in &lags {
-                let (retry, system) = (l.is_retry.to_string(), l.is_system.to_string());
-                let values = [
-                    node[0].as_str(),
-                    node[1].as_str(),
-                    node[2].as_str(),
-                    l.group.as_str(),
-                    l.topic.as_str(),
-                    retry.as_str(),
-                    system.as_str(),
-                ];
-                messages.with_label_values(&values).set(l.messages as i64);
-                latency.with_label_values(&values).set(l.age_ms(now));
-                inflight.with_label_values(&values).set(l.inflight as i64);
-                ready
-                    .with_label_values(&values)
-                    .set(l.messages.saturating_sub(l.inflight) as i64);
-            }
-            for g in [messages, latency, inflight, ready] {
-                let _ = registry.register(Box::new(g));
-            }
-        }
-        // The same backlog under rocketmq-exporter's names, which existing Grafana boards
-        // and alert rules read. Offsets kept by the broker are clustering consumers' (msgModel
-        // 1); broadcasting consumers keep theirs themselves.
-        let exporter = |name: &str, help: &str| {
-            IntGaugeVec::new(
-                Opts::new(name, help),
-                &["group", "topic", "countOfOnlineConsumers", "msgModel"],
-            )
-        };
-        if let (Ok(diff), Ok(retry_diff), Ok(latency)) = (
-            exporter(
-                "rocketmq_group_diff",
-                "Messages not yet consumed by the group (rocketmq-exporter).",
-            ),
-            exporter(
-                "rocketmq_group_retrydiff",
-                "Messages of the group's retry topic not yet consumed (rocketmq-exporter).",
-            ),
-            IntGaugeVec::new(
-                Opts::new(
-                    "rocketmq_group_get_latency_by_storetime",
-                    "Age in ms of the oldest message the group has not consumed (rocketmq-exporter).",
-                ),
-                &["cluster", "broker", "topic", "group"],
-            ),
-        ) {
-            for l in &lags {
-                let online = b.clients().consumer_count(&l.group).to_string();
-                let labels = [l.group.as_str(), l.topic.as_str(), online.as_str(), "1"];
-                let gauge = if l.is_retry { &retry_diff } else { &diff };
-                gauge.with_label_values(&labels).set(l.messages as i64);
-                latency
-                    .with_label_values(&[
-                        node[0].as_str(),
-                        node[2].as_str(),
-                        l.topic.as_str(),
-                        l.group.as_str(),
-                    ])
-                    .set(l.age_ms(now));
-            }
-            let _ = registry.register(Box::new(diff));
-            let _ = registry.register(Box::new(retry_diff));
-            let _ = registry.register(Box::new(latency));
-        }
         let mut out = Vec::new();
         let _ = TextEncoder::new().encode(&registry.gather(), &mut out);
-        String::from_utf8(out).unwrap_or_default()
+        let mut text = String::from_utf8(out).unwrap_or_default();
+        per_group_families(&mut text, b, &node);
+        text
     }
 
     fn answer(&self, path: &str) -> (StatusCode, String) {
@@ -384,6 +288,157 @@ impl HealthState {
             "/metrics" => (StatusCode::OK, self.metrics()),
             _ => (StatusCode::NOT_FOUND, "not found\n".into()),
         }
+    }
+}
+
+/// The families with one series per (consumer group, topic), written as text (see
+/// [`crate::exposition`]): for every group with offsets, consumers online or not, the backlog
+/// autoscalers read, under RocketMQ 5's names and labels and under rocketmq-exporter's.
+fn per_group_families(out: &mut String, b: &Broker, node: &[String; 3]) {
+    use crate::exposition::{family, sample};
+    let lags = crate::broker::lag::consumer_lag(b.offsets(), b.store());
+    let now = conveyor_protocol::time::now_ms();
+    out.reserve(lags.len() * 6 * 160);
+    let gauges: [(&str, &str, fn(&GroupLag, i64) -> i64); 4] = [
+        (
+            "rocketmq_consumer_lag_messages",
+            "Messages stored and not yet consumed by the group.",
+            |l, _| l.messages as i64,
+        ),
+        (
+            "rocketmq_consumer_lag_latency_milliseconds",
+            "Age of the oldest message the group has not consumed.",
+            |l, now| l.age_ms(now),
+        ),
+        (
+            "rocketmq_consumer_inflight_messages",
+            "Messages the group pulled and has not committed yet.",
+            |l, _| l.inflight as i64,
+        ),
+        (
+            "rocketmq_consumer_ready_messages",
+            "Messages stored and not yet pulled by the group.",
+            |l, _| l.messages.saturating_sub(l.inflight) as i64,
+        ),
+    ];
+    for (name, help, value) in gauges {
+        family(out, name, help, "gauge");
+        for l in &lags {
+            let labels = [
+                (NODE_LABELS[0], node[0].as_str()),
+                (NODE_LABELS[1], node[1].as_str()),
+                (NODE_LABELS[2], node[2].as_str()),
+                ("consumer_group", l.group.as_str()),
+                ("topic", l.topic.as_str()),
+                ("is_retry", if l.is_retry { "true" } else { "false" }),
+                ("is_system", if l.is_system { "true" } else { "false" }),
+            ];
+            sample(out, name, &labels, value(l, now));
+        }
+    }
+    // rocketmq-exporter's names, which existing Grafana boards and alert rules read. Offsets
+    // kept by the broker are clustering consumers' (msgModel 1).
+    let online: Vec<String> = lags
+        .iter()
+        .map(|l| b.clients().consumer_count(&l.group).to_string())
+        .collect();
+    for (retry, name, help) in [
+        (
+            false,
+            "rocketmq_group_diff",
+            "Messages not yet consumed by the group (rocketmq-exporter).",
+        ),
+        (
+            true,
+            "rocketmq_group_retrydiff",
+            "Messages of the group's retry topic not yet consumed (rocketmq-exporter).",
+        ),
+    ] {
+        family(out, name, help, "gauge");
+        for (l, online) in lags
+            .iter()
+            .zip(&online)
+            .filter(|(l, _)| l.is_retry == retry)
+        {
+            let labels = [
+                ("group", l.group.as_str()),
+                ("topic", l.topic.as_str()),
+                ("countOfOnlineConsumers", online.as_str()),
+                ("msgModel", "1"),
+            ];
+            sample(out, name, &labels, l.messages as i64);
+        }
+    }
+    // rocketmq-exporter's rates, per second over the last minute.
+    let rates = b.stats().rates(std::time::Instant::now());
+    let addr = &b.replication().config().broker_addr;
+    let broker_ip = addr.rsplit_once(':').map_or(addr.as_str(), |(ip, _)| ip);
+    for (name, help, value) in [
+        (
+            "rocketmq_broker_tps",
+            "Messages stored per second over the last minute (rocketmq-exporter).",
+            rates.messages_in,
+        ),
+        (
+            "rocketmq_broker_qps",
+            "Messages delivered per second over the last minute (rocketmq-exporter).",
+            rates.messages_out,
+        ),
+    ] {
+        family(out, name, help, "gauge");
+        let labels = [
+            ("cluster", node[0].as_str()),
+            ("brokerIP", broker_ip),
+            ("broker", node[2].as_str()),
+        ];
+        sample(out, name, &labels, value);
+    }
+    let name = "rocketmq_producer_tps";
+    family(
+        out,
+        name,
+        "Messages stored per second over the last minute, by topic (rocketmq-exporter).",
+        "gauge",
+    );
+    for (topic, tps) in &rates.by_topic {
+        let labels = [
+            ("cluster", node[0].as_str()),
+            ("broker", node[2].as_str()),
+            ("topic", topic.as_str()),
+        ];
+        sample(out, name, &labels, tps);
+    }
+    let name = "rocketmq_consumer_tps";
+    family(
+        out,
+        name,
+        "Messages delivered per second over the last minute, by topic and group (rocketmq-exporter).",
+        "gauge",
+    );
+    for (topic, group, tps) in &rates.by_group {
+        let labels = [
+            ("cluster", node[0].as_str()),
+            ("broker", node[2].as_str()),
+            ("topic", topic.as_str()),
+            ("group", group.as_str()),
+        ];
+        sample(out, name, &labels, tps);
+    }
+    let name = "rocketmq_group_get_latency_by_storetime";
+    family(
+        out,
+        name,
+        "Age in ms of the oldest message the group has not consumed (rocketmq-exporter).",
+        "gauge",
+    );
+    for l in &lags {
+        let labels = [
+            ("cluster", node[0].as_str()),
+            ("broker", node[2].as_str()),
+            ("topic", l.topic.as_str()),
+            ("group", l.group.as_str()),
+        ];
+        sample(out, name, &labels, l.age_ms(now));
     }
 }
 

@@ -17,6 +17,7 @@
 pub mod app;
 pub mod broker;
 pub mod controller;
+pub mod exposition;
 pub mod ha;
 pub mod health;
 pub mod namesrv;

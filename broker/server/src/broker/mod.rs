@@ -464,6 +464,8 @@ impl Broker {
         // Auto-created topics and groups are saved here, off the request path.
         let mut tables_tick = tokio::time::interval(Duration::from_millis(200));
         let mut zone_tick = tokio::time::interval(ZONE_POLL);
+        // Counter samples for the per-minute rates (rocketmq-exporter's *_tps).
+        let mut rates_tick = tokio::time::interval(Duration::from_secs(5));
         let mut role = self.replication.role_changes();
         loop {
             tokio::select! {
@@ -481,6 +483,7 @@ impl Broker {
                 _ = persist_tick.tick() => self.persist_offsets(),
                 _ = tables_tick.tick() => self.persist_tables_soon(),
                 _ = expiry_tick.tick() => self.clients.expire(Instant::now(), clients::CLIENT_EXPIRY),
+                _ = rates_tick.tick() => self.stats.sample(Instant::now()),
                 _ = shutdown.cancelled() => break,
             }
         }

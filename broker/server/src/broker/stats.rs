@@ -3,9 +3,10 @@
 //! by topic and message type, `rocketmq_messages_out_total` by topic and consumer group); the
 //! probes and admin only read snapshots.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use conveyor_protocol::message::{keys, Properties};
 
@@ -117,6 +118,37 @@ pub struct BrokerStats {
     send_latency: prometheus::Histogram,
     /// Time to read one pull's records from the store, in seconds.
     read_latency: prometheus::Histogram,
+    /// Counter samples of the last minute, for rates (see [`BrokerStats::sample`]).
+    samples: Mutex<VecDeque<(Instant, Counts)>>,
+}
+
+/// The window rates are computed over, as RocketMQ's per-minute broker statistics.
+pub const RATE_WINDOW: Duration = Duration::from_secs(60);
+
+/// Messages in and out, in total and by topic (and group), at one moment.
+#[derive(Debug, Clone, Default)]
+struct Counts {
+    /// Messages stored.
+    messages_in: u64,
+    /// Messages delivered.
+    messages_out: u64,
+    /// Stored, by topic.
+    by_topic: HashMap<String, u64>,
+    /// Delivered, by (topic, group).
+    by_group: HashMap<(String, String), u64>,
+}
+
+/// Messages per second over the last minute (or since the oldest sample, if younger).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Rates {
+    /// Stored per second.
+    pub messages_in: f64,
+    /// Delivered per second.
+    pub messages_out: f64,
+    /// Stored per second, by topic.
+    pub by_topic: Vec<(String, f64)>,
+    /// Delivered per second, by topic and group.
+    pub by_group: Vec<(String, String, f64)>,
 }
 
 /// Buckets of the latency histograms, in seconds: 50 µs to 5 s.
@@ -149,6 +181,7 @@ impl Default for BrokerStats {
                 "conveyor_pull_read_latency_seconds",
                 "Time to read one pull's records from the store.",
             ),
+            samples: Mutex::default(),
         }
     }
 }
@@ -189,12 +222,12 @@ impl BrokerStats {
     }
 
     /// One send took `elapsed`.
-    pub fn observe_send(&self, elapsed: std::time::Duration) {
+    pub fn observe_send(&self, elapsed: Duration) {
         self.send_latency.observe(elapsed.as_secs_f64());
     }
 
     /// One pull's read took `elapsed`.
-    pub fn observe_read(&self, elapsed: std::time::Duration) {
+    pub fn observe_read(&self, elapsed: Duration) {
         self.read_latency.observe(elapsed.as_secs_f64());
     }
 
@@ -213,6 +246,82 @@ impl BrokerStats {
     pub fn topics_out(&self) -> Vec<(String, String, Traffic)> {
         let topics = self.topics_out.lock().unwrap_or_else(|e| e.into_inner());
         flatten(&topics, String::clone)
+    }
+
+    fn counts(&self) -> Counts {
+        let by_topic = {
+            let topics = self.topics_in.lock().unwrap_or_else(|e| e.into_inner());
+            topics
+                .iter()
+                .map(|(t, by)| (t.clone(), by.values().map(|x| x.messages).sum()))
+                .collect()
+        };
+        let by_group = {
+            let topics = self.topics_out.lock().unwrap_or_else(|e| e.into_inner());
+            topics
+                .iter()
+                .flat_map(|(t, by)| {
+                    by.iter()
+                        .map(move |(g, x)| ((t.clone(), g.clone()), x.messages))
+                })
+                .collect()
+        };
+        Counts {
+            messages_in: self.messages_in.load(Ordering::Relaxed),
+            messages_out: self.messages_out.load(Ordering::Relaxed),
+            by_topic,
+            by_group,
+        }
+    }
+
+    /// Keeps a sample of the counters taken `now` (called every few seconds), forgetting
+    /// those older than the rate window.
+    pub fn sample(&self, now: Instant) {
+        let counts = self.counts();
+        let mut samples = self.samples.lock().unwrap_or_else(|e| e.into_inner());
+        samples.push_back((now, counts));
+        while samples
+            .front()
+            .is_some_and(|(t, _)| now.duration_since(*t) > RATE_WINDOW)
+        {
+            samples.pop_front();
+        }
+    }
+
+    /// Rates at `now` against the oldest sample of the window (none yet: no rates).
+    pub fn rates(&self, now: Instant) -> Rates {
+        let samples = self.samples.lock().unwrap_or_else(|e| e.into_inner());
+        let Some((t0, then)) = samples.front() else {
+            return Rates::default();
+        };
+        let secs = now.duration_since(*t0).as_secs_f64();
+        if secs < 1.0 {
+            return Rates::default();
+        }
+        let counts = self.counts();
+        let rate = |now: u64, then: u64| now.saturating_sub(then) as f64 / secs;
+        Rates {
+            messages_in: rate(counts.messages_in, then.messages_in),
+            messages_out: rate(counts.messages_out, then.messages_out),
+            by_topic: counts
+                .by_topic
+                .iter()
+                .map(|(t, n)| {
+                    (
+                        t.clone(),
+                        rate(*n, then.by_topic.get(t).copied().unwrap_or(0)),
+                    )
+                })
+                .collect(),
+            by_group: counts
+                .by_group
+                .iter()
+                .map(|(k, n)| {
+                    let before = then.by_group.get(k).copied().unwrap_or(0);
+                    (k.0.clone(), k.1.clone(), rate(*n, before))
+                })
+                .collect(),
+        }
     }
 
     /// The current values.
@@ -284,5 +393,25 @@ mod tests {
             stats.topics_out(),
             vec![("T".into(), "g".into(), traffic(3, 300))]
         );
+    }
+
+    #[test]
+    fn rates_are_over_the_oldest_sample_of_the_window() {
+        let stats = BrokerStats::default();
+        let t0 = Instant::now();
+        assert_eq!(stats.rates(t0), Rates::default(), "no sample yet");
+        stats.record_in("T", MessageType::Normal, 10, 100);
+        stats.sample(t0);
+        stats.record_in("T", MessageType::Normal, 20, 200);
+        stats.record_out("T", "g", 40, 400);
+        let r = stats.rates(t0 + Duration::from_secs(10));
+        assert_eq!((r.messages_in, r.messages_out), (2.0, 4.0));
+        assert_eq!(r.by_topic, vec![("T".to_string(), 2.0)]);
+        assert_eq!(r.by_group, vec![("T".to_string(), "g".to_string(), 4.0)]);
+        // Samples older than the window are forgotten.
+        stats.sample(t0 + Duration::from_secs(30));
+        stats.sample(t0 + Duration::from_secs(61));
+        let r = stats.rates(t0 + Duration::from_secs(91));
+        assert_eq!(r.messages_in, 0.0, "nothing since the sample at 30 s");
     }
 }
