@@ -296,7 +296,7 @@ impl HealthState {
 /// autoscalers read, under RocketMQ 5's names and labels and under rocketmq-exporter's.
 fn per_group_families(out: &mut String, b: &Broker, node: &[String; 3]) {
     use crate::exposition::{family, sample};
-    let lags = crate::broker::lag::consumer_lag(b.offsets(), b.store());
+    let lags = crate::broker::lag::consumer_lag(b.offsets(), b.store(), b.metrics_per_queue());
     let now = conveyor_protocol::time::now_ms();
     out.reserve(lags.len() * 6 * 160);
     let gauges: [(&str, &str, fn(&GroupLag, i64) -> i64); 4] = [
@@ -334,6 +334,29 @@ fn per_group_families(out: &mut String, b: &Broker, node: &[String; 3]) {
                 ("is_system", if l.is_system { "true" } else { "false" }),
             ];
             sample(out, name, &labels, value(l, now));
+        }
+    }
+    if b.metrics_per_queue() {
+        let name = "conveyor_consumer_queue_lag_messages";
+        family(
+            out,
+            name,
+            "Messages stored and not yet consumed by the group, per queue (metrics-per-queue).",
+            "gauge",
+        );
+        for l in &lags {
+            for (queue, left) in &l.queues {
+                let queue = queue.to_string();
+                let labels = [
+                    (NODE_LABELS[0], node[0].as_str()),
+                    (NODE_LABELS[1], node[1].as_str()),
+                    (NODE_LABELS[2], node[2].as_str()),
+                    ("consumer_group", l.group.as_str()),
+                    ("topic", l.topic.as_str()),
+                    ("queue_id", queue.as_str()),
+                ];
+                sample(out, name, &labels, left);
+            }
         }
     }
     // rocketmq-exporter's names, which existing Grafana boards and alert rules read. Offsets

@@ -310,6 +310,7 @@ pub fn app_config(role: Role, settings: Settings) -> Result<AppConfig, SettingsE
             .unwrap_or(d.transaction_check_interval_ms),
         transaction_check_max: b.transaction_check_max.unwrap_or(d.transaction_check_max),
         slave_read_enable: b.slave_read_enable.unwrap_or(d.slave_read_enable),
+        metrics_per_queue: b.metrics_per_queue.unwrap_or(d.metrics_per_queue),
         access_message_in_memory_max_ratio: b
             .access_message_in_memory_max_ratio
             .unwrap_or(d.access_message_in_memory_max_ratio)
@@ -566,6 +567,7 @@ timer-max-delay-ms = 60000
 transaction-timeout-ms = 100
 transaction-check-interval-ms = 200
 transaction-check-max = 3
+metrics-per-queue = true
 [store]
 data-dir = "/d"
 flush-mode = "sync"
@@ -610,6 +612,7 @@ listen = "127.0.0.1:18080"
         assert_eq!(b.transaction_timeout_ms, 100);
         assert_eq!(b.transaction_check_interval_ms, 200);
         assert_eq!(b.transaction_check_max, 3);
+        assert!(b.metrics_per_queue);
         let s = &cfg.store;
         assert_eq!(s.root, PathBuf::from("/d"));
         assert_eq!(s.flush_mode, FlushMode::Sync);

@@ -121,6 +121,11 @@ async fn probes_and_metrics() {
         "{body}"
     );
 
+    // Per-queue detail is off by default.
+    assert!(
+        !body.contains("conveyor_consumer_queue_lag_messages"),
+        "{body}"
+    );
     // Latency histograms: every send and pull read counted; the flusher's too.
     assert!(
         metric(&body, "conveyor_send_latency_seconds_count") >= Some(3.0),
@@ -245,7 +250,7 @@ async fn readyz_is_503_until_registered() {
 /// is its own series.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_lag_metric_equals_the_admin_backlog_with_no_consumer_online() {
-    let mut server = TestServer::start().await;
+    let mut server = TestServer::start_with(|c| c.broker.metrics_per_queue = true).await;
     let http = server.http();
     let queues = server.create_topic("Backlogged", 4).await;
     let producer = server.producer("PG_backlog");
@@ -278,6 +283,16 @@ async fn the_lag_metric_equals_the_admin_backlog_with_no_consumer_online() {
     .iter()
     .sum();
     assert_eq!(sum, progress.total_diff as f64, "{body}");
+    // metrics-per-queue: each queue's share, 10 sent, 3 × i committed.
+    for (i, q) in queues.iter().enumerate() {
+        let id = format!("queue_id=\"{}\"", q.queue_id);
+        let left = series(
+            &body,
+            "conveyor_consumer_queue_lag_messages",
+            &["consumer_group=\"CG_backlog\"", "topic=\"Backlogged\"", &id],
+        );
+        assert_eq!(left, [(10 - 3 * i) as f64], "{id}: {body}");
+    }
     // rocketmq-exporter's name for the same backlog (no consumer online).
     let diff = series(
         &body,

@@ -117,6 +117,10 @@ section! {
         /// which a consumer reads from a slave when `slave-read-enable` is on
         /// (`accessMessageInMemoryMaxRatio`, a store setting in RocketMQ). Default `40`.
         pub access_message_in_memory_max_ratio: u64,
+        /// `metrics-per-queue`: `/metrics` also reports each consumer group's backlog per
+        /// queue (`conveyor_consumer_queue_lag_messages`, one series per group, topic and
+        /// queue: many). Conveyor only. Default `false`.
+        pub metrics_per_queue: bool,
         /// `zone`: the zone (rack, availability zone) the broker runs in, as RocketMQ's
         /// `ROCKETMQ_ZONE`: registered with the name servers (the group's `zoneName` in routes,
         /// which clients in zone mode filter on) and told to the master, which sends a

@@ -50,6 +50,8 @@ pub struct BrokerConfig {
     pub transaction_check_max: u32,
     /// A slave serves pulls, and masters send lagging consumers to slaves.
     pub slave_read_enable: bool,
+    /// `/metrics` also reports each group's backlog per queue (many series; off by default).
+    pub metrics_per_queue: bool,
     /// Lag (percent of RAM) past which a consumer is sent to a slave.
     pub access_message_in_memory_max_ratio: u64,
     /// Where this broker's zone comes from (`zone`, `zone-file`).
@@ -80,6 +82,7 @@ impl Default for BrokerConfig {
             transaction_check_interval_ms: 30_000,
             transaction_check_max: 15,
             slave_read_enable: false,
+            metrics_per_queue: false,
             access_message_in_memory_max_ratio: 40,
             zone: ZoneSource::default(),
             replication: ReplicationConfig::default(),

@@ -35,6 +35,8 @@ pub struct GroupLag {
     pub is_retry: bool,
     /// The topic or the group belongs to the broker itself.
     pub is_system: bool,
+    /// (queue id, messages not consumed) of each committed queue, when asked for.
+    pub queues: Vec<(i32, u64)>,
 }
 
 impl GroupLag {
@@ -59,9 +61,13 @@ pub fn is_system(topic: &str, group: &str) -> bool {
         )
 }
 
-/// The lag of every (group, topic) with committed offsets, sorted by group then topic. DLQ
-/// topics are left out: nobody consumes them by default.
-pub fn consumer_lag(offsets: &ConsumerOffsetManager, store: &MessageStore) -> Vec<GroupLag> {
+/// The lag of every (group, topic) with committed offsets, sorted by group then topic, with
+/// each queue's when `per_queue`. DLQ topics are left out: nobody consumes them by default.
+pub fn consumer_lag(
+    offsets: &ConsumerOffsetManager,
+    store: &MessageStore,
+    per_queue: bool,
+) -> Vec<GroupLag> {
     // Offsets are kept once per topic@group, so each entry is one (group, topic) row.
     let mut lags: Vec<GroupLag> = offsets
         .entries()
@@ -79,6 +85,7 @@ pub fn consumer_lag(offsets: &ConsumerOffsetManager, store: &MessageStore) -> Ve
                     messages: 0,
                     inflight: 0,
                     oldest_store_ms: None,
+                    queues: Vec::new(),
                     group,
                     topic,
                 };
@@ -86,6 +93,9 @@ pub fn consumer_lag(offsets: &ConsumerOffsetManager, store: &MessageStore) -> Ve
                     let end = store.max_offset(&lag.topic, queue);
                     let committed = committed.max(0);
                     let left = (end - committed).max(0);
+                    if per_queue {
+                        lag.queues.push((queue, left as u64));
+                    }
                     if left == 0 {
                         continue;
                     }

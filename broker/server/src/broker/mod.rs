@@ -101,6 +101,8 @@ pub struct Broker {
     store: Arc<MessageStore>,
     /// Traffic counters.
     stats: Arc<BrokerStats>,
+    /// `/metrics` reports each group's backlog per queue too.
+    metrics_per_queue: bool,
     /// Committed consumer offsets (persisted periodically and on stop).
     offsets: Arc<ConsumerOffsetManager>,
     /// Live producers and consumers (expired periodically, dropped with their connection).
@@ -254,6 +256,7 @@ impl Broker {
                 hold.arrived(topic, queue_id)
             }));
         }
+        let metrics_per_queue = config.metrics_per_queue;
         let permission = Arc::new(permission::BrokerPermission::default());
         let registrar = Arc::new(NameServerRegistrar::new(
             &config,
@@ -382,6 +385,7 @@ impl Broker {
         Ok(Arc::new(Self {
             store,
             stats,
+            metrics_per_queue,
             offsets,
             clients,
             registrar,
@@ -422,6 +426,11 @@ impl Broker {
     /// The traffic counters.
     pub fn stats(&self) -> &BrokerStats {
         &self.stats
+    }
+
+    /// Whether `/metrics` reports each group's backlog per queue.
+    pub fn metrics_per_queue(&self) -> bool {
+        self.metrics_per_queue
     }
 
     /// The live producers and consumers.
