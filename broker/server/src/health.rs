@@ -291,6 +291,9 @@ impl HealthState {
     }
 }
 
+/// One value of a group's lag at a time (ms).
+type LagValue = fn(&GroupLag, i64) -> i64;
+
 /// The families with one series per (consumer group, topic), written as text (see
 /// [`crate::exposition`]): for every group with offsets, consumers online or not, the backlog
 /// autoscalers read, under RocketMQ 5's names and labels and under rocketmq-exporter's.
@@ -299,7 +302,7 @@ fn per_group_families(out: &mut String, b: &Broker, node: &[String; 3]) {
     let lags = crate::broker::lag::consumer_lag(b.offsets(), b.store(), b.metrics_per_queue());
     let now = conveyor_protocol::time::now_ms();
     out.reserve(lags.len() * 6 * 160);
-    let gauges: [(&str, &str, fn(&GroupLag, i64) -> i64); 4] = [
+    let gauges: [(&str, &str, LagValue); 4] = [
         (
             "rocketmq_consumer_lag_messages",
             "Messages stored and not yet consumed by the group.",
