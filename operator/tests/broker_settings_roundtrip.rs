@@ -150,6 +150,8 @@ fn expected(mqc: &MessageQueueCluster, group: i32, ordinal: i32, pod_ip: &str) -
             .map_or(d.transaction_check_max, |v| v as u32),
         slave_read_enable: o("broker.slave-read-enable")
             .map_or(d.slave_read_enable, |v| v == "true"),
+        metrics_per_queue: o("broker.metrics-per-queue")
+            .map_or(d.metrics_per_queue, |v| v == "true"),
         access_message_in_memory_max_ratio: num("broker.access-message-in-memory-max-ratio")
             .unwrap_or(d.access_message_in_memory_max_ratio),
         // The node's zone, from the file the operator's annotation fills (a flag).
