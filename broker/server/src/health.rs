@@ -159,28 +159,13 @@ impl HealthState {
             "broker".to_string(),
             repl.broker_name().to_string(),
         ];
-        let node_gauge = |name: &str, help: &str, v: i64| {
-            if let Ok(g) = IntGaugeVec::new(Opts::new(name, help), &NODE_LABELS) {
-                g.with_label_values(&[&node[0], &node[1], &node[2]]).set(v);
-                let _ = registry.register(Box::new(g));
-            }
-        };
-        node_gauge(
-            "rocketmq_storage_flush_behind_bytes",
-            "CommitLog bytes written but not flushed.",
-            max - b.store().commit_log_flushed_offset() as i64,
-        );
-        node_gauge(
-            "rocketmq_storage_dispatch_behind_bytes",
-            "CommitLog bytes not yet dispatched to the ConsumeQueues.",
-            max - b.store().dispatched_offset() as i64,
-        );
         // Latency histograms: sends, pull reads, CommitLog flushes.
         for h in b.stats().latencies() {
             let _ = registry.register(Box::new(h));
         }
         let _ = registry.register(Box::new(b.store().flush_latency()));
-        // Storage, as RocketMQ 5's store metrics name it.
+        // Storage, with the names and labels of RocketMQ 5's store metrics (its OpenTelemetry
+        // exporter appends the unit: `_bytes`, `_milliseconds`).
         let storage = [
             node[0].as_str(),
             node[1].as_str(),
@@ -202,9 +187,21 @@ impl HealthState {
             }
         };
         storage_gauge(
-            "rocketmq_storage_size",
-            "Bytes of messages the CommitLog keeps (its end minus its start).",
-            max - b.store().commit_log_min_offset() as i64,
+            "rocketmq_storage_flush_behind_bytes",
+            "CommitLog bytes written but not flushed.",
+            max - b.store().commit_log_flushed_offset() as i64,
+        );
+        storage_gauge(
+            "rocketmq_storage_dispatch_behind_bytes",
+            "CommitLog bytes not yet dispatched to the ConsumeQueues.",
+            max - b.store().dispatched_offset() as i64,
+        );
+        // As RocketMQ: the used space of the filesystem holding the store.
+        storage_gauge(
+            "rocketmq_storage_size_bytes",
+            "Bytes in use on the filesystem holding the store.",
+            conveyor_store::disk_space(&b.store().config().root)
+                .map_or(0, |s| s.used.min(i64::MAX as u64) as i64),
         );
         let oldest = b
             .store()
@@ -215,11 +212,11 @@ impl HealthState {
                     .map(|v| v.store_timestamp())
             });
         storage_gauge(
-            "rocketmq_storage_message_reserve_time",
-            "Age in ms of the oldest message the CommitLog keeps (0 when empty).",
+            "rocketmq_storage_message_reserve_time_milliseconds",
+            "Age of the oldest message the CommitLog keeps (0 when empty).",
             oldest.map_or(0, |t| (conveyor_protocol::time::now_ms() - t).max(0)),
         );
-        // Traffic per topic: in by message type, out by consumer group.
+        // Traffic per topic: in by message type, out by consumer group (labels as RocketMQ 5).
         let traffic = |kind: &str,
                        help: &str,
                        label: &str,
@@ -230,6 +227,7 @@ impl HealthState {
                 NODE_LABELS[2],
                 "topic",
                 label,
+                "is_system",
             ];
             let counter = |name: String, what: &str| {
                 prometheus::IntCounterVec::new(Opts::new(name, format!("{what} {help}")), &labels)
@@ -242,12 +240,19 @@ impl HealthState {
                 ),
             ) {
                 for (topic, value, t) in rows {
+                    let group = if label == "consumer_group" {
+                        &value
+                    } else {
+                        ""
+                    };
+                    let system = crate::broker::lag::is_system(&topic, group);
                     let values = [
                         node[0].as_str(),
                         node[1].as_str(),
                         node[2].as_str(),
                         topic.as_str(),
                         value.as_str(),
+                        if system { "true" } else { "false" },
                     ];
                     messages.with_label_values(&values).inc_by(t.messages);
                     bytes.with_label_values(&values).inc_by(t.bytes);

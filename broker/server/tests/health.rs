@@ -103,7 +103,11 @@ async fn probes_and_metrics() {
         assert_eq!(series(&body, name, &lag_labels), [1.0], "{name}: {body}");
     }
     // Traffic per topic: the three sends in, as plain messages; the pull out, to its group.
-    let normal = ["topic=\"Metered\"", "message_type=\"Normal\""];
+    let normal = [
+        "topic=\"Metered\"",
+        "message_type=\"normal\"",
+        "is_system=\"false\"",
+    ];
     assert_eq!(
         series(&body, "rocketmq_messages_in_total", &normal),
         [3.0],
@@ -139,16 +143,26 @@ async fn probes_and_metrics() {
         body.contains("conveyor_store_flush_latency_seconds_bucket{le=\"0.001\"}"),
         "{body}"
     );
-    // Storage in RocketMQ 5's names: the three messages are kept, the oldest is not from the
-    // future.
+    // Storage in RocketMQ 5's names and labels: the store's filesystem is in use, the oldest
+    // message is not from the future; flush and dispatch carry the storage labels too.
     let storage = [
         "node_type=\"broker\"",
         "storage_type=\"local\"",
         "storage_medium=\"disk\"",
     ];
-    let size = series(&body, "rocketmq_storage_size", &storage);
+    let size = series(&body, "rocketmq_storage_size_bytes", &storage);
     assert!(size.len() == 1 && size[0] > 0.0, "{body}");
-    let reserve = series(&body, "rocketmq_storage_message_reserve_time", &storage);
+    let reserve = series(
+        &body,
+        "rocketmq_storage_message_reserve_time_milliseconds",
+        &storage,
+    );
+    for name in [
+        "rocketmq_storage_flush_behind_bytes",
+        "rocketmq_storage_dispatch_behind_bytes",
+    ] {
+        assert_eq!(series(&body, name, &storage).len(), 1, "{name}: {body}");
+    }
     assert!(reserve.len() == 1 && reserve[0] >= 0.0, "{body}");
 
     // Every series the chart's Grafana dashboard queries is one this broker exports (a renamed

@@ -8,8 +8,30 @@ use std::time::{Duration, Instant};
 
 use crate::error::{Result, StoreError};
 
-/// Fraction of the filesystem holding `path` that is in use, as `df` reports it.
-pub fn disk_usage(path: &Path) -> Result<f64> {
+/// Space of the filesystem holding a path, in bytes, as `df` counts it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DiskSpace {
+    /// In use.
+    pub used: u64,
+    /// Still usable by this process (reserved blocks excluded).
+    pub available: u64,
+}
+
+impl DiskSpace {
+    /// `df`'s "Use%": used over used plus available. Counting blocks reserved for others as
+    /// used would make a filesystem with a large reservation look nearly full and trigger
+    /// forced deletion on an idle disk.
+    pub fn usage(&self) -> f64 {
+        let usable = self.used as f64 + self.available as f64;
+        if usable <= 0.0 {
+            return 0.0;
+        }
+        self.used as f64 / usable
+    }
+}
+
+/// The space of the filesystem holding `path`.
+pub fn disk_space(path: &Path) -> Result<DiskSpace> {
     let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes())
         .map_err(|_| StoreError::InvalidConfig(format!("path {} has a NUL", path.display())))?;
     // SAFETY: `stat` is a plain out-parameter struct, zero is a valid bit pattern for it.
@@ -21,15 +43,16 @@ pub fn disk_usage(path: &Path) -> Result<f64> {
             source: std::io::Error::last_os_error(),
         });
     }
-    // df's "Use%": blocks in use over blocks usable by us (in use + available). Counting
-    // blocks reserved for others as used would make a filesystem with a large reservation
-    // look nearly full and trigger forced deletion on an idle disk.
-    let used = stat.f_blocks.saturating_sub(stat.f_bfree) as f64;
-    let usable = used + stat.f_bavail as f64;
-    if usable <= 0.0 {
-        return Ok(0.0);
-    }
-    Ok(used / usable)
+    let block = stat.f_frsize as u64;
+    Ok(DiskSpace {
+        used: (stat.f_blocks.saturating_sub(stat.f_bfree) as u64).saturating_mul(block),
+        available: (stat.f_bavail as u64).saturating_mul(block),
+    })
+}
+
+/// Fraction of the filesystem holding `path` that is in use, as `df` reports it.
+pub fn disk_usage(path: &Path) -> Result<f64> {
+    disk_space(path).map(|s| s.usage())
 }
 
 /// True when `usage` reached a watermark; a watermark of 1.0 or more is switched off.

@@ -44,7 +44,7 @@ pub use commit_log::{Placement, RecordSlice};
 pub use config::{FlushMode, StoreConfig};
 pub use consume_queue::CqEntry;
 pub use core::ArrivalListener;
-pub use disk::disk_usage;
+pub use disk::{disk_space, disk_usage, DiskSpace};
 pub use epoch::{EpochEntry, EpochHistory};
 pub use error::{ReadSite, Result, StoreError};
 pub use filter::{AcceptAll, MessageFilter};

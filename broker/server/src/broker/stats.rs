@@ -49,13 +49,14 @@ impl MessageType {
         }
     }
 
-    /// The label value.
+    /// The label value, as RocketMQ 5's broker exports it (`TopicMessageType`'s metrics
+    /// value, checked against Apache RocketMQ 5.3.3).
     pub fn as_str(self) -> &'static str {
         match self {
-            MessageType::Normal => "Normal",
-            MessageType::Fifo => "FIFO",
-            MessageType::Delay => "Delay",
-            MessageType::Transaction => "Transaction",
+            MessageType::Normal => "normal",
+            MessageType::Fifo => "fifo",
+            MessageType::Delay => "delay",
+            MessageType::Transaction => "transaction",
         }
     }
 }
