@@ -47,12 +47,7 @@ D=$(mktemp -d)
 PIDS=()
 cleanup() {
   [ -n "${SUMMARY:-}" ] || echo "== autoscaler: stopped at the first unmet wait; $PASS passed, $FAIL failed (logs: $D)"
-  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-  local t0; t0=$(date +%s)
-  while [ -n "$(jobs -pr)" ] && [ $(( $(date +%s) - t0 )) -lt 30 ]; do sleep 0.5; done
-  for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  [ -n "${KEEP_E2E_DIR:-}" ] || rm -rf "$D"
+  stop_processes
 }
 trap cleanup EXIT
 
@@ -287,13 +282,16 @@ wait_for 60 "pay-a needs fewer: write lowered to 2, read held at 4 while pay-b h
 check "still draining a moment later (read 4): the shrink waits for every group" queues_are 4 2 Draining
 quiet "$BIN" admin reset-offset --group pay-b --topic payments --to latest
 wait_for 30 "pay-b consumed them: read lowered to 2" queues_are 2 2 Stable
-history_ok() { # the applied configurations, in order: never write above read; grow read-first, shrink write-first
-  K get events.events.k8s.io --sort-by=.eventTime -o jsonpath='{range .items[?(@.reason=="QueuesChanged")]}{.regarding.name} {.note}{"\n"}{end}' | grep '^payments ' | python3 -c '
+# history_is TOPIC: its applied configurations in order (the QueuesChanged events): created
+# 2/2, read then write up to 4, write then (after the drain) read down to 2; write never above
+# read.
+history_is() {
+  K get events.events.k8s.io --sort-by=.eventTime -o jsonpath='{range .items[?(@.reason=="QueuesChanged")]}{.regarding.name} {.note}{"\n"}{end}' | grep "^$1 " | python3 -c '
 import re, sys
 steps = [tuple(map(int, m.groups())) for m in re.finditer(r"→ read (\d+) write (\d+)", sys.stdin.read())]
 assert steps == [(2, 2), (4, 2), (4, 4), (4, 2), (2, 2)], steps'
 }
-check "topic history: created 2/2, read 4 then write 4, write 2 then (after the drain) read 2" history_ok
+check "topic history: created 2/2, read 4 then write 4, write 2 then (after the drain) read 2" history_is payments
 K delete cas pay >/dev/null
 
 echo "-- the same with consumers running: a replica driver runs one group member per replica"
@@ -354,13 +352,7 @@ wait_for 120 "both groups consumed all 1,800 messages (at least once, distinct i
 check "nothing else in the ledgers: exactly 1,800 distinct ids each" test "$(ledger ref-a)/$(ledger ref-b)" = 1800/1800
 wait_for 90 "backlog gone: the topic shrinks back to 2 queues per group after both groups drained" \
   bash -c "[ \"\$(kubectl get mqt refunds -o jsonpath='{.status.readQueues}/{.status.writeQueues}/{.status.phase}')\" = 2/2/Stable ]"
-refunds_history_ok() {
-  K get events.events.k8s.io --sort-by=.eventTime -o jsonpath='{range .items[?(@.reason=="QueuesChanged")]}{.regarding.name} {.note}{"\n"}{end}' | grep '^refunds ' | python3 -c '
-import re, sys
-steps = [tuple(map(int, m.groups())) for m in re.finditer(r"→ read (\d+) write (\d+)", sys.stdin.read())]
-assert steps == [(2, 2), (4, 2), (4, 4), (4, 2), (2, 2)], steps'
-}
-check "refunds history with consumers running: created, read then write up, write then read down" refunds_history_ok
+check "refunds history with consumers running: created, read then write up, write then read down" history_is refunds
 K delete cas refunds >/dev/null
 
 echo "-- Prometheus as the source, a StatefulSet as the target"

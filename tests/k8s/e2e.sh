@@ -73,14 +73,7 @@ PIDS=()
 cleanup() {
   # A wait_for that timed out ends the script (set -e): say so instead of stopping silently.
   [ -n "${SUMMARY:-}" ] || echo "== k8s: stopped at the first unmet wait; $PASS passed, $FAIL failed, $SKIP skipped (logs: $D)"
-  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-  # A kube-apiserver restarted by the test has been seen to ignore SIGTERM for minutes (it
-  # then hung this script, and the whole test command, after the summary): 30 s, then SIGKILL.
-  local t0; t0=$(date +%s)
-  while [ -n "$(jobs -pr)" ] && [ $(( $(date +%s) - t0 )) -lt 30 ]; do sleep 0.5; done
-  for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  [ -n "${KEEP_E2E_DIR:-}" ] || rm -rf "$D"
+  stop_processes
 }
 trap cleanup EXIT
 AP=$(free_port)

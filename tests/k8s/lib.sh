@@ -16,6 +16,19 @@ check() { local what=$1; shift; if "$@"; then ok "$what"; else bad "$what"; fi; 
 quiet() { "$@" >/dev/null; }
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+# stop_processes: what a script's EXIT trap does with the PIDS it started: SIGTERM, up to 30 s,
+# then SIGKILL (a kube-apiserver restarted by a test has been seen to ignore SIGTERM for
+# minutes, which hung the script after its summary); the temp dir D goes unless KEEP_E2E_DIR.
+stop_processes() {
+  local p t0
+  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+  t0=$(date +%s)
+  while [ -n "$(jobs -pr)" ] && [ $(( $(date +%s) - t0 )) -lt 30 ]; do sleep 0.5; done
+  for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  [ -n "${KEEP_E2E_DIR:-}" ] || rm -rf "$D"
+}
+
 # free_ports N: N distinct free loopback ports on one line (all held open while chosen, so no
 # two are the same, as two free_port calls in a row can be).
 free_ports() {

@@ -14,7 +14,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DynamicObject, GroupVersionKind, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::{watcher, Controller};
-use kube::{Client, Resource, ResourceExt};
+use kube::{Client, ResourceExt};
 
 use super::metrics::{broker_backlog, default_query, prometheus_backlog, queue_cap};
 use super::recommend::Decision;
@@ -115,13 +115,23 @@ async fn poll(
     if cas.annotations().get(PAUSE_ANNOTATION).map(String::as_str) == Some("true") {
         let why =
             format!("{PAUSE_ANNOTATION} is \"true\": the target's replicas are left as they are");
-        write_status(&api, &name, &held(&old, generation, true, &why, now)).await?;
+        crate::reconcile::apply::apply_status(
+            &api,
+            &name,
+            &held(&old, generation, true, &why, now),
+        )
+        .await?;
         return Ok(every);
     }
     let rules = match rules_of(spec) {
         Ok(r) => r,
         Err(why) => {
-            write_status(&api, &name, &held(&old, generation, false, &why, now)).await?;
+            crate::reconcile::apply::apply_status(
+                &api,
+                &name,
+                &held(&old, generation, false, &why, now),
+            )
+            .await?;
             return Ok(every);
         }
     };
@@ -129,7 +139,12 @@ async fn poll(
     let target = match target {
         Ok(t) => t,
         Err(why) => {
-            write_status(&api, &name, &held(&old, generation, false, &why, now)).await?;
+            crate::reconcile::apply::apply_status(
+                &api,
+                &name,
+                &held(&old, generation, false, &why, now),
+            )
+            .await?;
             return Ok(every);
         }
     };
@@ -198,7 +213,7 @@ async fn poll(
         },
         now,
     );
-    write_status(&api, &name, &status).await?;
+    crate::reconcile::apply::apply_status(&api, &name, &status).await?;
     Ok(every)
 }
 
@@ -234,7 +249,7 @@ async fn keda_poll(
             .await
         {
             let why = format!("cannot write the KEDA ScaledObject (is KEDA installed?): {e}");
-            write_status(
+            crate::reconcile::apply::apply_status(
                 api,
                 &cas.name_any(),
                 &held(&old, cas.metadata.generation, false, &why, now),
@@ -263,7 +278,7 @@ async fn keda_poll(
         },
         now,
     );
-    write_status(api, &cas.name_any(), &status).await?;
+    crate::reconcile::apply::apply_status(api, &cas.name_any(), &status).await?;
     Ok(every)
 }
 
@@ -326,23 +341,4 @@ async fn target_api(
         .await
         .map_err(|e| format!("scaleTargetRef {}/{}: {e}", target.api_version, target.kind))?;
     Ok(Api::namespaced_with(client.clone(), ns, &resource))
-}
-
-async fn write_status(
-    api: &Api<ConsumerAutoscaler>,
-    name: &str,
-    status: &super::resource::ConsumerAutoscalerStatus,
-) -> Result<(), kube::Error> {
-    let body = serde_json::json!({
-        "apiVersion": ConsumerAutoscaler::api_version(&()),
-        "kind": ConsumerAutoscaler::kind(&()),
-        "status": status,
-    });
-    api.patch_status(
-        name,
-        &PatchParams::apply(FIELD_MANAGER).force(),
-        &Patch::Apply(&body),
-    )
-    .await?;
-    Ok(())
 }

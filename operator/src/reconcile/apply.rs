@@ -175,9 +175,24 @@ pub async fn patch_status(
     status: &MessageQueueClusterStatus,
 ) -> Result<(), Error> {
     let api: Api<MessageQueueCluster> = Api::namespaced(ctx.client.clone(), ns);
+    apply_status(&api, name, status).await?;
+    Ok(())
+}
+
+/// Writes `status` of object `name` of any of the operator's kinds through its status
+/// subresource: server-side apply as the operator's field manager, forced (the operator owns
+/// its resources' status).
+pub async fn apply_status<K>(
+    api: &Api<K>,
+    name: &str,
+    status: &impl serde::Serialize,
+) -> Result<(), kube::Error>
+where
+    K: kube::Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
     let body = serde_json::json!({
-        "apiVersion": MessageQueueCluster::api_version(&()),
-        "kind": MessageQueueCluster::kind(&()),
+        "apiVersion": K::api_version(&()),
+        "kind": K::kind(&()),
         "status": status,
     });
     api.patch_status(

@@ -14,10 +14,10 @@ use conveyor_protocol::route::perm as perm_bits;
 use futures::StreamExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::Api;
 use kube::runtime::controller::Action;
 use kube::runtime::{watcher, Controller};
-use kube::{Client, Resource, ResourceExt};
+use kube::{Client, ResourceExt};
 
 use super::plan::{autoscaled_target, next_step, Demand, Phase, QueueConfig, Rules, Step};
 use super::resource::{MessageQueueTopic, MessageQueueTopicStatus};
@@ -177,7 +177,7 @@ async fn sync(t: Arc<MessageQueueTopic>, ctx: Arc<TopicContext>) -> Result<Actio
             "Paused",
             format!("{PAUSE_ANNOTATION} is \"true\""),
         );
-        write_status(&api, &t.name_any(), &status).await?;
+        crate::reconcile::apply::apply_status(&api, &t.name_any(), &status).await?;
         return Ok(every);
     }
     let cluster = crate::rocketmq::name_servers(
@@ -192,7 +192,7 @@ async fn sync(t: Arc<MessageQueueTopic>, ctx: Arc<TopicContext>) -> Result<Actio
         Ok(c) => c,
         Err(why) => {
             ready(&mut status, false, "ClusterUnreachable", why);
-            write_status(&api, &t.name_any(), &status).await?;
+            crate::reconcile::apply::apply_status(&api, &t.name_any(), &status).await?;
             return Ok(every);
         }
     };
@@ -205,7 +205,7 @@ async fn sync(t: Arc<MessageQueueTopic>, ctx: Arc<TopicContext>) -> Result<Actio
         Ok(o) => o,
         Err(why) => {
             ready(&mut status, false, "BrokersUnreachable", why);
-            write_status(&api, &t.name_any(), &status).await?;
+            crate::reconcile::apply::apply_status(&api, &t.name_any(), &status).await?;
             return Ok(every);
         }
     };
@@ -282,7 +282,7 @@ async fn sync(t: Arc<MessageQueueTopic>, ctx: Arc<TopicContext>) -> Result<Actio
             Ok(w) => waiting = w,
             Err(why) => {
                 ready(&mut status, false, "BrokersUnreachable", why);
-                write_status(&api, &t.name_any(), &status).await?;
+                crate::reconcile::apply::apply_status(&api, &t.name_any(), &status).await?;
                 return Ok(every);
             }
         }
@@ -314,7 +314,7 @@ async fn sync(t: Arc<MessageQueueTopic>, ctx: Arc<TopicContext>) -> Result<Actio
                 "ApplyFailed",
                 format!("{name} on {cluster_name}: {e}"),
             );
-            write_status(&api, &t.name_any(), &status).await?;
+            crate::reconcile::apply::apply_status(&api, &t.name_any(), &status).await?;
             return Ok(every);
         }
         let from = current.map_or("none".to_string(), |c| {
@@ -356,7 +356,7 @@ async fn sync(t: Arc<MessageQueueTopic>, ctx: Arc<TopicContext>) -> Result<Actio
         if done { "AsDeclared" } else { phase.as_str() },
         message,
     );
-    write_status(&api, &t.name_any(), &status).await?;
+    crate::reconcile::apply::apply_status(&api, &t.name_any(), &status).await?;
     // Changing: look again soon (the route shows a change once the brokers re-register).
     Ok(if done {
         every
@@ -366,23 +366,4 @@ async fn sync(t: Arc<MessageQueueTopic>, ctx: Arc<TopicContext>) -> Result<Actio
                 .min(Duration::from_secs(spec.sync_interval_seconds.max(1) as u64)),
         )
     })
-}
-
-async fn write_status(
-    api: &Api<MessageQueueTopic>,
-    name: &str,
-    status: &MessageQueueTopicStatus,
-) -> Result<(), kube::Error> {
-    let body = serde_json::json!({
-        "apiVersion": MessageQueueTopic::api_version(&()),
-        "kind": MessageQueueTopic::kind(&()),
-        "status": status,
-    });
-    api.patch_status(
-        name,
-        &PatchParams::apply(FIELD_MANAGER).force(),
-        &Patch::Apply(&body),
-    )
-    .await?;
-    Ok(())
 }
