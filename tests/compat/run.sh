@@ -61,7 +61,7 @@ fail() { echo "FAIL $1: $2"; FAILED=$((FAILED + 1)); REPORTED["$1"]=1; }
 JAVA_SCENARIOS="a:SendReceive b:SplitGroup c:LitePull d:QueryMessage e:TagFilter g:RetryDlq h:DelayLevels \
 i:TimerMessages j:Transactions k:Orderly l:Broadcast"
 GO_SCENARIOS="a:send-receive e:e-tag-filter g:g-retry-dlq h:h-delay-levels l:l-broadcast"
-MQADMIN_CHECKS="clusterList updateTopic topicList topicRoute topicStatus consumerProgress updateBrokerConfig-readOnly getBrokerConfig updateBrokerConfig-readWrite wipeWritePerm topicRoute-wiped addWritePerm topicRoute-writable"
+MQADMIN_CHECKS="clusterList updateTopic topicList topicRoute topicStatus consumerProgress skipAccumulatedMessage consumerProgress-skipped resetOffsetByTime consumerProgress-rewound updateBrokerConfig-readOnly getBrokerConfig updateBrokerConfig-readWrite wipeWritePerm topicRoute-wiped addWritePerm topicRoute-writable"
 
 # run_program NAME CMD... : runs a test program that prints its own PASS/FAIL line.
 # A program that dies or hangs without printing a result is reported as FAIL NAME.
@@ -311,10 +311,25 @@ run_mqadmin() {
   if [[ -z "$group" ]]; then
     group="$(sed -n 's/^group=//p' "$LOG_DIR"/resume-*.state 2>/dev/null | head -1)"
   fi
-  if [[ -n "$group" ]]; then
+  local state_topic
+  state_topic="$(sed -n 's/^topic=//p' "$LOG_DIR/resume-$p.state" 2>/dev/null)"
+  if [[ -z "$state_topic" ]]; then
+    state_topic="$(sed -n 's/^topic=//p' "$LOG_DIR"/resume-*.state 2>/dev/null | head -1)"
+  fi
+  if [[ -n "$group" && -n "$state_topic" ]]; then
     mqadmin_check "$prefix/consumerProgress" 'Diff Total' -- consumerProgress -g "$group"
+    # Rewinding a group (INVOKE_BROKER_TO_RESET_OFFSET): to the end (skip the backlog), then
+    # back to the start (time 0, forced): the group's backlog is 0, then every message again.
+    mqadmin_check "$prefix/skipAccumulatedMessage" '#brokerName +#queueId +#offset' -- \
+      skipAccumulatedMessage -g "$group" -t "$state_topic" -f true
+    mqadmin_check "$prefix/consumerProgress-skipped" 'Diff Total: 0$' -- consumerProgress -g "$group"
+    mqadmin_check "$prefix/resetOffsetByTime" '#brokerName +#queueId +#offset' -- \
+      resetOffsetByTime -g "$group" -t "$state_topic" -s 0 -f true
+    mqadmin_check "$prefix/consumerProgress-rewound" 'Diff Total: [1-9]' -- consumerProgress -g "$group"
   else
-    fail "$prefix/consumerProgress" "no consumer group with offsets (scenario f did not run or failed)"
+    for c in consumerProgress skipAccumulatedMessage consumerProgress-skipped resetOffsetByTime consumerProgress-rewound; do
+      fail "$prefix/$c" "no consumer group with offsets (scenario f did not run or failed)"
+    done
   fi
 }
 

@@ -293,6 +293,35 @@ assert steps == [(2, 2), (4, 2), (4, 4), (4, 2), (2, 2)], steps'
 }
 check "topic history: created 2/2, read 4 then write 4, write 2 then (after the drain) read 2" history_is payments
 K delete cas pay >/dev/null
+# Permissions are kept too: read-only refuses sends, read-write takes them again.
+K patch mqt payments --type merge -p '{"spec":{"perm":4}}' >/dev/null
+# Refused by the broker (NO_PERMISSION: errors 1), or by the producer itself once the route
+# says the topic is read-only (no writable queue).
+refused() {
+  "$BIN" bench produce --topic payments --size 64 --producers 1 --in-flight 1 --count 1 2>&1 \
+    | grep -qE 'errors 1|no usable route for topic payments'
+}
+wait_for 30 "perm 4 applied on the brokers: a send to payments is refused" refused
+K patch mqt payments --type merge -p '{"spec":{"perm":6}}' >/dev/null
+accepted() { "$BIN" bench produce --topic payments --size 64 --producers 1 --in-flight 1 --count 1 | grep -q 'errors 0$'; }
+wait_for 30 "perm 6 again: sends accepted" accepted
+# An ordered topic is not autoscaled unless allowForOrdered.
+K apply -f - >/dev/null <<EOF
+apiVersion: conveyor.dev/v1alpha1
+kind: MessageQueueTopic
+metadata: {name: ledger}
+spec:
+  nameServer: "127.0.0.1:$NSP"
+  clusterName: mq
+  queues: 2
+  ordered: true
+  syncIntervalSeconds: 1
+  queueAutoscaling: {enabled: true, minQueues: 2, maxQueues: 4, step: 2}
+EOF
+refused_ordered() {
+  [ "$(K get mqt ledger -o jsonpath='{.status.conditions[?(@.type=="Autoscaling")].status}/{.status.conditions[?(@.type=="Autoscaling")].reason}/{.status.phase}')" = False/RefusedForOrderedTopic/Stable ]
+}
+wait_for 30 "ordered topic created, its autoscaling refused (condition Autoscaling, RefusedForOrderedTopic)" refused_ordered
 
 echo "-- the same with consumers running: a replica driver runs one group member per replica"
 # drive DEPLOYMENT GROUP TOPIC DELAY_MS: keeps as many `conveyor bench member` processes (real

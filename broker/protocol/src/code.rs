@@ -103,6 +103,9 @@ pub mod request_code {
     pub const RESET_CONSUMER_CLIENT_OFFSET: i32 = 220;
     /// Broker → client: consumer status.
     pub const GET_CONSUMER_STATUS_FROM_CLIENT: i32 = 221;
+    /// Admin → broker: move a group's offsets on a topic to a time (mqadmin
+    /// `resetOffsetByTime`, `skipAccumulatedMessage`).
+    pub const INVOKE_BROKER_TO_RESET_OFFSET: i32 = 222;
     /// Admin → name server: topics of a cluster.
     pub const GET_TOPICS_BY_CLUSTER: i32 = 224;
     /// Admin → broker: groups consuming a topic.
@@ -219,6 +222,7 @@ pub mod request_code {
             DELETE_TOPIC_IN_BROKER => "DELETE_TOPIC_IN_BROKER",
             DELETE_TOPIC_IN_NAMESRV => "DELETE_TOPIC_IN_NAMESRV",
             RESET_CONSUMER_CLIENT_OFFSET => "RESET_CONSUMER_CLIENT_OFFSET",
+            INVOKE_BROKER_TO_RESET_OFFSET => "INVOKE_BROKER_TO_RESET_OFFSET",
             GET_CONSUMER_STATUS_FROM_CLIENT => "GET_CONSUMER_STATUS_FROM_CLIENT",
             GET_TOPICS_BY_CLUSTER => "GET_TOPICS_BY_CLUSTER",
             QUERY_TOPIC_CONSUME_BY_WHO => "QUERY_TOPIC_CONSUME_BY_WHO",

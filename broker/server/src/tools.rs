@@ -637,7 +637,9 @@ pub async fn bench(cmd: BenchCommand) -> anyhow::Result<()> {
                 },
                 stop,
                 |m| {
-                    if let Err(e) = writeln!(out, "{}", m.msg_id()) {
+                    // One write per line: members of a group append to one ledger file
+                    // (O_APPEND), and a line written in two calls could interleave.
+                    if let Err(e) = out.write_all(format!("{}\n", m.msg_id()).as_bytes()) {
                         failed.get_or_insert(e);
                     }
                 },

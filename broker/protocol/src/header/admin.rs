@@ -68,6 +68,43 @@ single_field_header!(
     QueryTopicsByConsumerRequestHeader { group: "group" }
 );
 
+/// INVOKE_BROKER_TO_RESET_OFFSET (222) from mqadmin, and RESET_CONSUMER_CLIENT_OFFSET (220)
+/// from the broker to the group's consumers: move `group`'s offsets on `topic` to the first
+/// message stored at or after `timestamp` (ms; -1: the queue's end).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResetOffsetRequestHeader {
+    /// `topic`.
+    pub topic: String,
+    /// `group`.
+    pub group: String,
+    /// `timestamp`.
+    pub timestamp: i64,
+    /// `isForce`: move forward too (otherwise only backwards).
+    pub is_force: bool,
+}
+
+impl ResetOffsetRequestHeader {
+    /// Reads the header of a request.
+    pub fn parse(req: &RemotingCommand) -> Result<Self, HeaderError> {
+        Ok(Self {
+            topic: req.get_str("topic")?.to_string(),
+            group: req.get_str("group")?.to_string(),
+            timestamp: req.get_i64("timestamp")?,
+            is_force: req.get_bool_opt("isForce")?.unwrap_or(false),
+        })
+    }
+
+    /// The `extFields`.
+    pub fn to_ext_fields(&self) -> ExtFields {
+        let mut f = ExtFields::new();
+        f.insert("topic".into(), self.topic.clone());
+        f.insert("group".into(), self.group.clone());
+        f.insert("timestamp".into(), self.timestamp.to_string());
+        f.insert("isForce".into(), self.is_force.to_string());
+        f
+    }
+}
+
 /// GET_CONSUME_STATS (208): one group's progress, on one topic or all it consumes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GetConsumeStatsRequestHeader {

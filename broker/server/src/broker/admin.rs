@@ -17,7 +17,7 @@ use conveyor_protocol::header::admin::{
     GetConsumeStatsRequestHeader, GetConsumerConnectionListRequestHeader,
     GetSubscriptionGroupConfigRequestHeader, GetTopicConfigRequestHeader,
     GetTopicStatsInfoRequestHeader, QueryTopicConsumeByWhoRequestHeader,
-    QueryTopicsByConsumerRequestHeader,
+    QueryTopicsByConsumerRequestHeader, ResetOffsetRequestHeader,
 };
 use conveyor_protocol::json;
 use conveyor_protocol::route::{
@@ -654,6 +654,77 @@ impl AdminBrokerProcessor {
             &[("consumeTps", serde_json::json!(0.0))],
         )
         .map_err(internal(req))?;
+        Ok(ok(req).with_body(body))
+    }
+
+    /// INVOKE_BROKER_TO_RESET_OFFSET (mqadmin `resetOffsetByTime`, `skipAccumulatedMessage`):
+    /// the group's offset on every write queue of the topic moves to the first message stored
+    /// at or after `timestamp` (-1: the queue's end); without `isForce` only backwards, as
+    /// RocketMQ's `Broker2Client.resetOffset`. The broker commits the new offsets itself (as
+    /// RocketMQ 5 with `useServerSideResetOffset`), so the reset holds with no consumer online,
+    /// and tells every running consumer of the group (RESET_CONSUMER_CLIENT_OFFSET, the
+    /// offsets in the body), which jump to them. The answer lists the offsets.
+    pub fn reset_offset(&self, req: &RemotingCommand) -> Reply {
+        let h = ResetOffsetRequestHeader::parse(req).map_err(bad_header(req))?;
+        let Some(config) = self.topics.get(&h.topic) else {
+            return Err(error_response(
+                req,
+                resp::SYSTEM_ERROR,
+                format!(
+                    "[reset-offset] reset offset failed, no topic in this broker. topic={}",
+                    h.topic
+                ),
+            ));
+        };
+        // As RocketMQ: a group without offsets on the topic has nothing to reset. A queue it
+        // never committed on counts from 0.
+        let has_offsets = self
+            .offsets
+            .offsets_of_group(&h.group)
+            .iter()
+            .any(|(t, _, _)| *t == h.topic);
+        if !has_offsets {
+            return Err(error_response(
+                req,
+                resp::SYSTEM_ERROR,
+                format!(
+                    "the consumer group <{}> has no offsets on topic {}: nothing to reset",
+                    h.group, h.topic
+                ),
+            ));
+        }
+        let mut table = Vec::new();
+        for q in 0..config.write_queue_nums {
+            let committed = self.offsets.query(&h.group, &h.topic, q).unwrap_or(0);
+            let target = if h.timestamp == -1 {
+                self.store.max_offset(&h.topic, q)
+            } else {
+                self.store.offset_by_time(&h.topic, q, h.timestamp)
+            }
+            .max(0);
+            let offset = if h.is_force || target < committed {
+                target
+            } else {
+                committed
+            };
+            table.push((self.mq(&h.topic, q), offset));
+        }
+        for (mq, offset) in &table {
+            self.offsets
+                .commit(&h.group, &h.topic, mq.queue_id, *offset);
+        }
+        let body = mq_keyed_map("offsetTable", &table, &[]).map_err(internal(req))?;
+        let notice = RemotingCommand::request(
+            conveyor_protocol::code::request_code::RESET_CONSUMER_CLIENT_OFFSET,
+            h.to_ext_fields(),
+        )
+        .with_body(body.clone());
+        if let Some(group) = self.clients.consumer_group(&h.group) {
+            for channel in group.channels.values() {
+                channel.conn.send_oneway(notice.clone());
+            }
+        }
+        tracing::info!(group = %h.group, topic = %h.topic, timestamp = h.timestamp, force = h.is_force, "consumer offsets reset");
         Ok(ok(req).with_body(body))
     }
 

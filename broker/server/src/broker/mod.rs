@@ -685,6 +685,7 @@ impl Broker {
             rc::GET_BROKER_RUNTIME_INFO => self.admin.runtime_info(req, &self.parked()),
             rc::GET_TOPIC_STATS_INFO => self.admin.topic_stats(req),
             rc::GET_CONSUME_STATS => self.admin.consume_stats(req),
+            rc::INVOKE_BROKER_TO_RESET_OFFSET => self.admin.reset_offset(req),
             rc::GET_CONSUMER_CONNECTION_LIST => self.admin.consumer_connections(req),
             rc::UPDATE_AND_CREATE_SUBSCRIPTIONGROUP => self.admin.upsert_group(req),
             rc::GET_SUBSCRIPTIONGROUP_CONFIG => self.admin.group_config(req),
