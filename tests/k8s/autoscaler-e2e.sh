@@ -200,7 +200,10 @@ produce 550
 wait_for 30 "550 messages, 100 per replica: 6 replicas" has_replicas deployment/orders-consumer 6
 scaled_status() { [ "$(st orders desiredReplicas)/$(st orders observedBacklog)/$(cond orders Active)" = "6/550/True/BacklogAboveActivation" ]; }
 wait_for 10 "status: desired 6, backlog 550, Active" scaled_status
-scaled_event() { K get events.events.k8s.io -o jsonpath='{range .items[*]}{.reason}: {.note}{"\n"}{end}' | grep -q "Scaled: Deployment orders-consumer: 1 → 6 replicas"; }
+scaled_event() {
+  grep -q "Scaled: Deployment orders-consumer: 1 → 6 replicas" \
+    <<<"$(K get events.events.k8s.io -o jsonpath='{range .items[*]}{.reason}: {.note}{"\n"}{end}')"
+}
 wait_for 20 "event: Scaled 1 → 6 with the reason" scaled_event
 
 K patch cas orders --type merge -p '{"spec":{"targetBacklogPerReplica":95}}' >/dev/null
@@ -297,13 +300,13 @@ K delete cas pay >/dev/null
 K patch mqt payments --type merge -p '{"spec":{"perm":4}}' >/dev/null
 # Refused by the broker (NO_PERMISSION: errors 1), or by the producer itself once the route
 # says the topic is read-only (no writable queue).
-refused() {
-  "$BIN" bench produce --topic payments --size 64 --producers 1 --in-flight 1 --count 1 2>&1 \
-    | grep -qE 'errors 1|no usable route for topic payments'
-}
+# (The output is read whole: a `grep -q` that stops early would end the producer with SIGPIPE
+# while it prints its error, and pipefail would count that as a failure.)
+send_one() { "$BIN" bench produce --topic payments --size 64 --producers 1 --in-flight 1 --count 1 2>&1 || true; }
+refused() { grep -qE 'errors 1|no usable route for topic payments' <<<"$(send_one)"; }
 wait_for 30 "perm 4 applied on the brokers: a send to payments is refused" refused
 K patch mqt payments --type merge -p '{"spec":{"perm":6}}' >/dev/null
-accepted() { "$BIN" bench produce --topic payments --size 64 --producers 1 --in-flight 1 --count 1 | grep -q 'errors 0$'; }
+accepted() { grep -q 'errors 0$' <<<"$(send_one)"; }
 wait_for 30 "perm 6 again: sends accepted" accepted
 # An ordered topic is not autoscaled unless allowForOrdered.
 K apply -f - >/dev/null <<EOF
