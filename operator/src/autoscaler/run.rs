@@ -123,21 +123,14 @@ async fn poll(
         .await?;
         return Ok(every);
     }
-    let rules = match rules_of(spec) {
-        Ok(r) => r,
-        Err(why) => {
-            crate::reconcile::apply::apply_status(
-                &api,
-                &name,
-                &held(&old, generation, false, &why, now),
-            )
-            .await?;
-            return Ok(every);
-        }
+    // What the spec names must be usable: the rules, and the target's kind (discovery).
+    let usable = async {
+        let rules = rules_of(spec)?;
+        let target = target_api(&ctx.client, &ns, spec).await?;
+        Ok::<_, String>((rules, target))
     };
-    let target = target_api(&ctx.client, &ns, spec).await;
-    let target = match target {
-        Ok(t) => t,
+    let (rules, target) = match usable.await {
+        Ok(u) => u,
         Err(why) => {
             crate::reconcile::apply::apply_status(
                 &api,
