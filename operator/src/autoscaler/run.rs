@@ -24,6 +24,10 @@ use super::status::{after_poll, held, Poll};
 use crate::crd::PAUSE_ANNOTATION;
 use crate::reconcile::context::FIELD_MANAGER;
 
+/// A memory unused this long (ms) is dropped: twice the longest polling interval (3,600 s),
+/// so only a deleted autoscaler's goes.
+const FORGET_AFTER_MS: i64 = 2 * 3_600_000;
+
 /// Why a poll could not run (retried with a backoff; nothing is changed).
 #[derive(Debug, thiserror::Error)]
 pub enum AutoscalerError {
@@ -41,8 +45,9 @@ struct AutoscalerContext {
     client: Client,
     /// This replica's name in the events it records.
     instance: String,
-    /// The HPA's memory of each autoscaler, by uid.
-    memories: Mutex<HashMap<String, Memory>>,
+    /// The HPA's memory of each autoscaler, by uid, with when it was last used (ms): one not
+    /// used for [`FORGET_AFTER_MS`] belongs to a deleted autoscaler and is dropped.
+    memories: Mutex<HashMap<String, (i64, Memory)>>,
     /// Admin clients of the clusters the autoscalers read.
     admins: crate::rocketmq::AdminPool,
 }
@@ -153,16 +158,20 @@ async fn poll(
         return keda_poll(&ctx, &cas, &api, current, backlog, cap, now).await;
     }
     let uid = cas.uid().unwrap_or_default();
+    let now_ms = now.as_millisecond();
     let (decision, failures, last_active_ms) = {
         let mut memories = ctx.memories.lock().unwrap_or_else(|e| e.into_inner());
+        memories.retain(|_, (used, _)| now_ms - *used < FORGET_AFTER_MS);
         // What a restarted operator must not forget: the cooldown and the failures.
-        let memory = memories.entry(uid).or_insert_with(|| {
-            Memory::resumed(
+        let (used, memory) = memories.entry(uid).or_insert_with(|| {
+            let memory = Memory::resumed(
                 old.last_active_time.as_ref().map(|t| t.0.as_millisecond()),
                 old.consecutive_failures.max(0) as u32,
-            )
+            );
+            (now_ms, memory)
         });
-        let d = decide(&rules, current, backlog, cap, memory, now.as_millisecond());
+        *used = now_ms;
+        let d = decide(&rules, current, backlog, cap, memory, now_ms);
         (d, memory.failures, memory.last_active_ms)
     };
     if decision.desired != current {
