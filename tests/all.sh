@@ -63,6 +63,9 @@ suite() { # suite TITLE SCRIPT
 suite "real RocketMQ clients against conveyor standalone" tests/compat/run-against-standalone.sh
 # Replication: the Java producer through 20 SIGKILLs of the master (controller mode), with a ledger.
 suite "failover with the Java client" tests/compat/failover.sh
+# mqadmin's replication commands (haStatus, getSyncStateSet, getBrokerEpoch, electMaster, …) and draining a
+# broker group with wipeWritePerm under a running Java producer and consumer.
+suite "mqadmin replication and drain" tests/compat/mqadmin-replication.sh
 # Kubernetes operator: helm/schema/hadolint checks and the real kube-apiserver + etcd tests. The tools
 # are installed by the script; under CI=true a part it still has to skip fails.
 suite "Kubernetes operator" tests/k8s/e2e.sh

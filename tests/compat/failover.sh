@@ -79,15 +79,8 @@ controller-heartbeat-ms = 200
 max-time-not-caught-up-ms = 4000
 EOF
 
-wait_http() { # port name
-  for _ in $(seq 600); do
-    curl -fs "http://127.0.0.1:$1/readyz" >/dev/null 2>&1 && return 0
-    sleep 0.1
-  done
-  say "$2 not ready; its log:"
-  tail -20 "$WORK/$2.log" >&2
-  exit 1
-}
+# shellcheck source=tests/compat/processes.sh
+source "$HERE/processes.sh"
 
 start_controller() {
   # Started from a subshell, so that the shell does not report the processes it kills.

@@ -63,6 +63,12 @@ i:TimerMessages j:Transactions k:Orderly l:Broadcast"
 GO_SCENARIOS="a:send-receive e:e-tag-filter g:g-retry-dlq h:h-delay-levels l:l-broadcast"
 MQADMIN_CHECKS="clusterList updateTopic topicList topicRoute topicStatus consumerProgress skipAccumulatedMessage consumerProgress-skipped resetOffsetByTime consumerProgress-rewound updateBrokerConfig-readOnly getBrokerConfig updateBrokerConfig-readWrite wipeWritePerm topicRoute-wiped addWritePerm topicRoute-writable"
 
+# mqadmin_check, and the operations checks against an online group (issue 13).
+# shellcheck source=tests/compat/mqadmin_lib.sh
+source "$HERE/mqadmin_lib.sh"
+# shellcheck source=tests/compat/mqadmin_ops.sh
+source "$HERE/mqadmin_ops.sh"
+
 # run_program NAME CMD... : runs a test program that prints its own PASS/FAIL line.
 # A program that dies or hangs without printing a result is reported as FAIL NAME.
 run_program() {
@@ -156,7 +162,7 @@ expected_checks() {
       mqadmin)
         for p in $MQADMIN_CLIENTS; do
           prefix="$(mqadmin_prefix "$p")"
-          for e in $MQADMIN_CHECKS; do echo "$prefix/$e"; done
+          for e in $MQADMIN_CHECKS $(mqadmin_ops_checks "$p"); do echo "$prefix/$e"; done
         done
         ;;
     esac
@@ -222,41 +228,6 @@ run_go_client() {
     COMPAT_GO_LOG_LEVEL="${COMPAT_GO_LOG_LEVEL:-warn}" \
       run_program "$prefix/${scenarios[$i]}" env "rocketmq.client.localOffsetStoreDir=$LOG_DIR/go-offsets" \
       "$OUT/compat-go" -scenario "${scenarios[$i]}" -topic "${topics[$i]}"
-  done
-}
-
-# mqadmin_check NAME EXPECTED_REGEX... -- ARGS... : runs mqadmin until its output matches every regex
-# and shows no failure (mqadmin exits 0 on most failures), retrying for up to 30 s.
-mqadmin_check() {
-  local name="$1"
-  shift
-  local patterns=()
-  while [[ "$1" != "--" ]]; do
-    patterns+=("$1")
-    shift
-  done
-  shift
-  local deadline=$((SECONDS + 30)) out ok p
-  while true; do
-    out="$(timeout -k 5 120 "$HERE/mqadmin.sh" "$@" 2>&1)"
-    ok=1
-    if grep -qE 'command failed|Exception|Usage:|usage:' <<<"$out"; then
-      ok=0
-    fi
-    for p in "${patterns[@]}"; do
-      grep -qE -- "$p" <<<"$out" || ok=0
-    done
-    if [[ $ok -eq 1 ]]; then
-      pass "$name"
-      return 0
-    fi
-    if ((SECONDS >= deadline)); then
-      echo "  # mqadmin $*"
-      head -n 40 <<<"$out" | sed 's/^/  # /'
-      fail "$name" "output did not match: ${patterns[*]}"
-      return 1
-    fi
-    sleep 2
   done
 }
 
@@ -331,6 +302,7 @@ run_mqadmin() {
       fail "$prefix/$c" "no consumer group with offsets (scenario f did not run or failed)"
     done
   fi
+  run_mqadmin_ops "$p" "$prefix" "$cluster" "$topic"
 }
 
 mapfile -t EXPECTED < <(expected_checks)

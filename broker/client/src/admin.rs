@@ -16,7 +16,7 @@ use conveyor_protocol::route::{
 use crate::consumer::{query_consumer_offset, queue_offset_call};
 use crate::error::{ClientError, Result};
 use crate::namesrv::NameServerClient;
-use crate::remoting::{RemotingClient, RemotingConfig};
+use crate::remoting::{RemotingClient, RemotingConfig, RemotingError};
 use crate::route::{master_addr, master_addrs, subscribe_queues};
 
 /// Offsets of one queue.
@@ -338,10 +338,12 @@ impl Admin {
         Ok(groups)
     }
 
-    /// Commits new offsets for `group` on every readable queue of `topic`, straight to the
-    /// brokers (UPDATE_CONSUMER_OFFSET, as mqadmin's `resetOffsetByTimeOld` does). Consumers of
-    /// the group that are online keep their own position and commit it again: stop them
-    /// first.
+    /// Moves `group`'s offsets on every queue of `topic`, on every master of the topic, with
+    /// INVOKE_BROKER_TO_RESET_OFFSET (mqadmin's `resetOffsetByTime -f true`): the broker
+    /// commits the new offsets and tells the group's running consumers, which jump to them.
+    /// A broker that refuses it (an Apache RocketMQ 4.x broker with the group offline answers
+    /// CONSUMER_NOT_ONLINE) gets the offsets committed directly (UPDATE_CONSUMER_OFFSET, as
+    /// mqadmin's `resetOffsetByTimeOld`).
     pub async fn reset_offsets(
         &self,
         group: &str,
@@ -349,31 +351,110 @@ impl Admin {
         to: ResetTo,
     ) -> Result<Vec<OffsetReset>> {
         let route = self.namesrv.refresh_route(topic).await?;
-        let mut out = Vec::new();
-        for queue in subscribe_queues(topic, &route) {
+        let queues = subscribe_queues(topic, &route);
+        let mut before = Vec::with_capacity(queues.len());
+        for queue in &queues {
+            let addr = queue_addr(&route, queue)?;
+            before.push(
+                query_consumer_offset(&self.remoting, addr, group, queue, self.timeout).await?,
+            );
+        }
+        let timestamp = match to {
+            ResetTo::Earliest => 0,
+            ResetTo::Latest => -1,
+            ResetTo::Time(t) => t,
+        };
+        for (broker_name, addr) in master_addrs(&route) {
+            let request = RemotingCommand::request(
+                request_code::INVOKE_BROKER_TO_RESET_OFFSET,
+                ExtFields::new(),
+            )
+            .with_ext("topic", topic)
+            .with_ext("group", group)
+            .with_ext("timestamp", timestamp)
+            .with_ext("isForce", true);
+            match self.remoting.invoke_ok(&addr, request, self.timeout).await {
+                Ok(_) => {}
+                // Refused where RocketMQ's tools fall back too: a group offline (Apache 4.x)
+                // or without offsets on the topic yet.
+                Err(RemotingError::Server { code, .. })
+                    if code == response_code::CONSUMER_NOT_ONLINE
+                        || code == response_code::SYSTEM_ERROR =>
+                {
+                    self.commit_reset(group, topic, to, &route, &broker_name)
+                        .await?
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        let mut out = Vec::with_capacity(queues.len());
+        for (queue, before) in queues.into_iter().zip(before) {
             let addr = queue_addr(&route, &queue)?;
-            let (code, timestamp) = match to {
-                ResetTo::Earliest => (request_code::GET_MIN_OFFSET, None),
-                ResetTo::Latest => (request_code::GET_MAX_OFFSET, None),
-                ResetTo::Time(t) => (request_code::SEARCH_OFFSET_BY_TIMESTAMP, Some(t)),
-            };
-            let after =
-                queue_offset_call(&self.remoting, addr, code, &queue, timestamp, self.timeout)
-                    .await?;
-            let before =
-                query_consumer_offset(&self.remoting, addr, group, &queue, self.timeout).await?;
-            let request =
-                RemotingCommand::request(request_code::UPDATE_CONSUMER_OFFSET, ExtFields::new())
-                    .with_ext("consumerGroup", group)
-                    .with_ext("topic", topic)
-                    .with_ext("queueId", queue.queue_id)
-                    .with_ext("commitOffset", after);
-            self.remoting.invoke_ok(addr, request, self.timeout).await?;
+            let after = query_consumer_offset(&self.remoting, addr, group, &queue, self.timeout)
+                .await?
+                .unwrap_or(0);
             out.push(OffsetReset {
                 queue,
                 before,
                 after,
             });
+        }
+        Ok(out)
+    }
+
+    /// Commits the offsets of a reset straight to one broker's queues of `topic`.
+    async fn commit_reset(
+        &self,
+        group: &str,
+        topic: &str,
+        to: ResetTo,
+        route: &TopicRouteData,
+        broker_name: &str,
+    ) -> Result<()> {
+        for queue in subscribe_queues(topic, route)
+            .into_iter()
+            .filter(|q| q.broker_name == broker_name)
+        {
+            let addr = queue_addr(route, &queue)?;
+            let (code, timestamp) = match to {
+                ResetTo::Earliest => (request_code::GET_MIN_OFFSET, None),
+                ResetTo::Latest => (request_code::GET_MAX_OFFSET, None),
+                ResetTo::Time(t) => (request_code::SEARCH_OFFSET_BY_TIMESTAMP, Some(t)),
+            };
+            let offset =
+                queue_offset_call(&self.remoting, addr, code, &queue, timestamp, self.timeout)
+                    .await?;
+            let request =
+                RemotingCommand::request(request_code::UPDATE_CONSUMER_OFFSET, ExtFields::new())
+                    .with_ext("consumerGroup", group)
+                    .with_ext("topic", topic)
+                    .with_ext("queueId", queue.queue_id)
+                    .with_ext("commitOffset", offset);
+            self.remoting.invoke_ok(addr, request, self.timeout).await?;
+        }
+        Ok(())
+    }
+
+    /// Takes away (`writable` false, mqadmin's `wipeWritePerm`) or gives back (`addWritePerm`)
+    /// the write permission of broker group `broker_name`'s topics in every name server:
+    /// producers stop choosing the group once they refresh its routes, consumers keep reading
+    /// it. Returns each name server with the number of topics it changed.
+    pub async fn set_write_permission(
+        &self,
+        broker_name: &str,
+        writable: bool,
+    ) -> Result<Vec<(String, i64)>> {
+        let (code, count) = if writable {
+            (request_code::ADD_WRITE_PERM_OF_BROKER, "addTopicCount")
+        } else {
+            (request_code::WIPE_WRITE_PERM_OF_BROKER, "wipeTopicCount")
+        };
+        let mut out = Vec::new();
+        for addr in self.namesrv.addrs() {
+            let request = RemotingCommand::request(code, ExtFields::new())
+                .with_ext("brokerName", broker_name);
+            let response = self.remoting.invoke_ok(addr, request, self.timeout).await?;
+            out.push((addr.clone(), response.get_i64(count)?));
         }
         Ok(out)
     }

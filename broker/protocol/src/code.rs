@@ -168,6 +168,31 @@ pub mod request_code {
     /// Broker/admin → controller: the master, epoch and in-sync set of a group.
     pub const CONTROLLER_GET_REPLICA_INFO: i32 = 1004;
 
+    /// Admin → broker: a producer group's live connections (`producerConnection`).
+    pub const GET_PRODUCER_CONNECTION_LIST: i32 = 204;
+    /// Admin → broker: delete ConsumeQueue files whose records are gone (`cleanExpiredCQ`).
+    pub const CLEAN_EXPIRED_CONSUMEQUEUE: i32 = 306;
+    /// Admin → broker: copy a group's offsets to another group (`cloneGroupOffset`).
+    pub const CLONE_GROUP_OFFSET: i32 = 314;
+    /// Admin → broker: delete queues of topics no longer configured (`cleanUnusedTopic`).
+    pub const CLEAN_UNUSED_TOPIC: i32 = 316;
+    /// Admin → broker: every group's progress on the broker (`brokerConsumeStats`).
+    pub const GET_BROKER_CONSUME_STATS: i32 = 317;
+    /// Admin → name server: change settings at run time (body: `key=value` lines).
+    pub const UPDATE_NAMESRV_CONFIG: i32 = 318;
+    /// Admin → name server: its settings as `key=value` lines.
+    pub const GET_NAMESRV_CONFIG: i32 = 319;
+    /// Admin → broker: entries of one ConsumeQueue (`queryCq`).
+    pub const QUERY_CONSUME_QUEUE: i32 = 321;
+    /// Admin → broker: replication state (`haStatus`).
+    pub const GET_BROKER_HA_STATUS: i32 = 907;
+    /// Admin → broker: the epochs of its log (`getBrokerEpoch`).
+    pub const GET_BROKER_EPOCH_CACHE: i32 = 1007;
+    /// Admin → controller: which controller leads (`getControllerMetaData`).
+    pub const CONTROLLER_GET_METADATA_INFO: i32 = 1005;
+    /// Admin → controller: in-sync sets of broker groups (`getSyncStateSet`).
+    pub const CONTROLLER_GET_SYNC_STATE_DATA: i32 = 1006;
+
     /// The constant name of a request code, for logs and remarks.
     pub fn name(code: i32) -> Option<&'static str> {
         Some(match code {
@@ -195,6 +220,18 @@ pub mod request_code {
             CONTROLLER_ELECT_MASTER => "CONTROLLER_ELECT_MASTER",
             CONTROLLER_REGISTER_BROKER => "CONTROLLER_REGISTER_BROKER",
             CONTROLLER_GET_REPLICA_INFO => "CONTROLLER_GET_REPLICA_INFO",
+            GET_PRODUCER_CONNECTION_LIST => "GET_PRODUCER_CONNECTION_LIST",
+            CLEAN_EXPIRED_CONSUMEQUEUE => "CLEAN_EXPIRED_CONSUMEQUEUE",
+            CLONE_GROUP_OFFSET => "CLONE_GROUP_OFFSET",
+            CLEAN_UNUSED_TOPIC => "CLEAN_UNUSED_TOPIC",
+            GET_BROKER_CONSUME_STATS => "GET_BROKER_CONSUME_STATS",
+            UPDATE_NAMESRV_CONFIG => "UPDATE_NAMESRV_CONFIG",
+            GET_NAMESRV_CONFIG => "GET_NAMESRV_CONFIG",
+            QUERY_CONSUME_QUEUE => "QUERY_CONSUME_QUEUE",
+            GET_BROKER_HA_STATUS => "GET_BROKER_HA_STATUS",
+            GET_BROKER_EPOCH_CACHE => "GET_BROKER_EPOCH_CACHE",
+            CONTROLLER_GET_METADATA_INFO => "CONTROLLER_GET_METADATA_INFO",
+            CONTROLLER_GET_SYNC_STATE_DATA => "CONTROLLER_GET_SYNC_STATE_DATA",
             GET_ALL_CONSUMER_OFFSET => "GET_ALL_CONSUMER_OFFSET",
             GET_ALL_DELAY_OFFSET => "GET_ALL_DELAY_OFFSET",
             GET_TIMER_CHECK_POINT => "GET_TIMER_CHECK_POINT",
@@ -352,6 +389,8 @@ pub mod response_code {
     pub const CONTROLLER_MASTER_NOT_AVAILABLE: i32 = 2004;
     /// Controller: the group or broker is unknown.
     pub const CONTROLLER_BROKER_METADATA_NOT_EXIST: i32 = 2008;
+    /// Controller: a designated election of the master that is alive.
+    pub const CONTROLLER_MASTER_STILL_EXIST: i32 = 2011;
     /// Controller: the in-sync set change was refused.
     pub const CONTROLLER_ALTER_SYNC_STATE_SET_FAILED: i32 = 2013;
 
@@ -371,6 +410,7 @@ pub mod response_code {
             CONTROLLER_INVALID_MASTER => "CONTROLLER_INVALID_MASTER",
             CONTROLLER_MASTER_NOT_AVAILABLE => "CONTROLLER_MASTER_NOT_AVAILABLE",
             CONTROLLER_BROKER_METADATA_NOT_EXIST => "CONTROLLER_BROKER_METADATA_NOT_EXIST",
+            CONTROLLER_MASTER_STILL_EXIST => "CONTROLLER_MASTER_STILL_EXIST",
             CONTROLLER_ALTER_SYNC_STATE_SET_FAILED => "CONTROLLER_ALTER_SYNC_STATE_SET_FAILED",
             MESSAGE_ILLEGAL => "MESSAGE_ILLEGAL",
             SERVICE_NOT_AVAILABLE => "SERVICE_NOT_AVAILABLE",

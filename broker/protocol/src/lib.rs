@@ -22,6 +22,7 @@ pub mod header;
 pub mod json;
 pub mod message;
 pub mod naming;
+pub mod properties;
 pub mod route;
 pub mod sysflag;
 pub mod time;

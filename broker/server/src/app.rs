@@ -153,7 +153,7 @@ pub async fn start(mut cfg: AppConfig) -> Result<Running, StartError> {
             source,
         })?;
         running.namesrv_addr = Some(addr);
-        let ns = NameServer::new();
+        let ns = NameServer::new(addr.port());
         tasks.spawn(ns.clone().run_expiry(shutdown.clone()));
         tasks.spawn(serve(listener, ns, shutdown.clone(), cfg.limits));
         tracing::info!(%addr, "name server listening");

@@ -23,3 +23,4 @@ pub mod health;
 pub mod namesrv;
 pub mod remoting;
 pub mod settings;
+pub mod unsupported;

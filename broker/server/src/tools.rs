@@ -185,9 +185,9 @@ pub enum AdminCommand {
         topic: String,
     },
     /// Move a consumer group's committed offsets on every queue of a topic: to a time
-    /// (mqadmin's `resetOffsetByTime`), the start, or the end (`skipAccumulatedMessage`).
-    /// Committed straight to the brokers: stop the group's consumers first, or they commit
-    /// their own position again.
+    /// (mqadmin's `resetOffsetByTime -f true`), the start, or the end
+    /// (`skipAccumulatedMessage`). The brokers commit the offsets and tell the group's running
+    /// consumers, which jump to them.
     ResetOffset {
         #[command(flatten)]
         target: Target,
@@ -198,6 +198,26 @@ pub enum AdminCommand {
         /// `earliest`, `latest`, or a time in ms since the epoch.
         #[arg(long)]
         to: String,
+        /// `table` or `json`.
+        #[arg(long, default_value = "table")]
+        output: String,
+    },
+    /// Drain a broker group before it is removed: its topics turn read-only in every name
+    /// server (mqadmin's `wipeWritePerm`), so producers move to the other groups within their
+    /// route refresh while consumers finish its backlog. `--undo` gives the write permission
+    /// back (`addWritePerm`).
+    Drain {
+        #[command(flatten)]
+        target: Target,
+        /// The broker group (`broker-name`).
+        #[arg(long)]
+        broker_name: String,
+        /// Give the write permission back instead.
+        #[arg(long)]
+        undo: bool,
+        /// `table` or `json`.
+        #[arg(long, default_value = "table")]
+        output: String,
     },
     /// One broker's runtime info (GET_BROKER_RUNTIME_INFO, mqadmin's `brokerStatus`): every
     /// key and value, sorted. Works against Apache RocketMQ brokers too.
@@ -816,11 +836,40 @@ pub async fn admin(cmd: AdminCommand) -> anyhow::Result<()> {
                 info.master_epoch
             );
         }
+        AdminCommand::Drain {
+            target,
+            broker_name,
+            undo,
+            output,
+        } => {
+            let admin = Admin::new(&target.namesrv_addr)?;
+            let changed = admin.set_write_permission(&broker_name, undo).await?;
+            if output == "json" {
+                let doc: Vec<_> = changed
+                    .iter()
+                    .map(|(ns, n)| serde_json::json!({"nameServer": ns, "topics": n}))
+                    .collect();
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&serde_json::json!({
+                        "brokerName": broker_name,
+                        "writable": undo,
+                        "nameServers": doc,
+                    }))?
+                );
+            } else {
+                let verb = if undo { "writable again" } else { "read-only" };
+                for (ns, n) in &changed {
+                    println!("{broker_name}: {n} topics {verb} in name server {ns}");
+                }
+            }
+        }
         AdminCommand::ResetOffset {
             target,
             group,
             topic,
             to,
+            output,
         } => {
             let to = match to.as_str() {
                 "earliest" => ResetTo::Earliest,
@@ -831,6 +880,21 @@ pub async fn admin(cmd: AdminCommand) -> anyhow::Result<()> {
             };
             let admin = Admin::new(&target.namesrv_addr)?;
             let resets = admin.reset_offsets(&group, &topic, to).await?;
+            if output == "json" {
+                let doc: Vec<_> = resets
+                    .iter()
+                    .map(|r| {
+                        serde_json::json!({
+                            "brokerName": r.queue.broker_name,
+                            "queueId": r.queue.queue_id,
+                            "before": r.before,
+                            "after": r.after,
+                        })
+                    })
+                    .collect();
+                println!("{}", serde_json::to_string_pretty(&doc)?);
+                return Ok(());
+            }
             println!(
                 "{:<12} {:<6} {:>14} {:>14}",
                 "broker", "queue", "before", "after"

@@ -744,6 +744,30 @@ impl MessageStore {
         out
     }
 
+    /// The ConsumeQueue entry at `offset` of a queue (`None` outside [min, max) or for an
+    /// unknown queue): what `mqadmin queryCq` shows.
+    pub fn queue_entry(&self, topic: &str, queue_id: i32, offset: i64) -> Option<CqEntry> {
+        let cq = self.core.queues.get(topic, queue_id)?;
+        if offset < cq.min_offset() {
+            return None;
+        }
+        cq.get(offset)
+    }
+
+    /// Deletes now the ConsumeQueue files whose entries all point below the CommitLog's
+    /// minimum (RocketMQ's `cleanExpiredConsumerQueue`, which retention otherwise does after
+    /// deleting segments). Unlike RocketMQ, a wholly expired queue keeps its offsets: it
+    /// continues from its old end, so committed offsets never point past a restarted queue.
+    /// Returns how many files went.
+    pub fn clean_expired_queues(&self) -> Result<usize> {
+        let min = self.core.commit_log.min_offset();
+        let mut deleted = 0;
+        for cq in self.core.queues.all() {
+            deleted += cq.delete_expired(min)?;
+        }
+        Ok(deleted)
+    }
+
     /// Lowest queue offset still readable (0 for an unknown queue).
     pub fn min_offset(&self, topic: &str, queue_id: i32) -> i64 {
         self.core

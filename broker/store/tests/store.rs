@@ -626,3 +626,32 @@ fn tiny_segments(dir: &std::path::Path) -> StoreConfig {
     cfg.max_message_size = 16 << 10;
     cfg
 }
+
+/// Issue 13: `queryCq` reads a queue's entries, and `cleanExpiredCQ` deletes only queue files
+/// whose records are gone, never moving a queue's offsets.
+#[test]
+fn queue_entries_are_readable_and_cleaning_keeps_live_queues_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(StoreConfig::small(dir.path()));
+    for i in 0..20u64 {
+        store
+            .put_message(&message("Q", 1, &body_for(i, 100), &i.to_string()))
+            .unwrap();
+    }
+    assert!(store.wait_dispatched(Duration::from_secs(10)));
+    let first = store.queue_entry("Q", 1, 0).expect("the first entry");
+    let second = store.queue_entry("Q", 1, 1).expect("the second entry");
+    assert_eq!(
+        second.physical_offset,
+        first.physical_offset + first.size as u64
+    );
+    assert!(store.queue_entry("Q", 1, 20).is_none(), "past the end");
+    assert!(store.queue_entry("Q", 0, 0).is_none(), "another queue");
+    assert!(store.queue_entry("None", 1, 0).is_none(), "unknown topic");
+    assert_eq!(store.clean_expired_queues().unwrap(), 0);
+    assert_eq!(
+        (store.min_offset("Q", 1), store.max_offset("Q", 1)),
+        (0, 20)
+    );
+    assert_eq!(store.queue_entry("Q", 1, 0), Some(first));
+}

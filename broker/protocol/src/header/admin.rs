@@ -68,6 +68,103 @@ single_field_header!(
     QueryTopicsByConsumerRequestHeader { group: "group" }
 );
 
+single_field_header!(
+    /// GET_PRODUCER_CONNECTION_LIST (204).
+    GetProducerConnectionListRequestHeader { producer_group: "producerGroup" }
+);
+
+/// GET_CONSUMER_RUNNING_INFO (307), from mqadmin to the broker and from the broker to the
+/// client named: the client's own view of its consumption.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GetConsumerRunningInfoRequestHeader {
+    /// `consumerGroup`.
+    pub consumer_group: String,
+    /// `clientId`.
+    pub client_id: String,
+    /// `jstackEnable`: the client adds its threads' stacks.
+    pub jstack_enable: bool,
+}
+
+impl GetConsumerRunningInfoRequestHeader {
+    /// Reads the header of a request.
+    pub fn parse(req: &RemotingCommand) -> Result<Self, HeaderError> {
+        Ok(Self {
+            consumer_group: req.get_str("consumerGroup")?.to_string(),
+            client_id: req.get_str("clientId")?.to_string(),
+            jstack_enable: req.get_bool_opt("jstackEnable")?.unwrap_or(false),
+        })
+    }
+
+    /// The `extFields`.
+    pub fn to_ext_fields(&self) -> ExtFields {
+        let mut f = ExtFields::new();
+        f.insert("consumerGroup".into(), self.consumer_group.clone());
+        f.insert("clientId".into(), self.client_id.clone());
+        f.insert("jstackEnable".into(), self.jstack_enable.to_string());
+        f
+    }
+}
+
+/// CLONE_GROUP_OFFSET (314): copy `src_group`'s committed offsets to `dest_group`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CloneGroupOffsetRequestHeader {
+    /// `srcGroup`.
+    pub src_group: String,
+    /// `destGroup`.
+    pub dest_group: String,
+    /// `topic`; absent or empty: every topic `src_group` has offsets on.
+    pub topic: Option<String>,
+    /// `offline`: copy even topics the live source group no longer subscribes to.
+    pub offline: bool,
+}
+
+impl CloneGroupOffsetRequestHeader {
+    /// Reads the header of a request.
+    pub fn parse(req: &RemotingCommand) -> Result<Self, HeaderError> {
+        Ok(Self {
+            src_group: req.get_str("srcGroup")?.to_string(),
+            dest_group: req.get_str("destGroup")?.to_string(),
+            topic: req
+                .get_str_opt("topic")
+                .filter(|t| !t.is_empty())
+                .map(str::to_string),
+            offline: req.get_bool_opt("offline")?.unwrap_or(false),
+        })
+    }
+}
+
+/// QUERY_CONSUME_QUEUE (321): `count` entries of one ConsumeQueue from `index`, with the
+/// group's subscription when `consumer_group` is set.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueryConsumeQueueRequestHeader {
+    /// `topic`.
+    pub topic: String,
+    /// `queueId`.
+    pub queue_id: i32,
+    /// `index`: the first queue offset.
+    pub index: i64,
+    /// `count`.
+    pub count: i32,
+    /// `consumerGroup` (optional).
+    pub consumer_group: Option<String>,
+}
+
+impl QueryConsumeQueueRequestHeader {
+    /// Reads the header of a request.
+    pub fn parse(req: &RemotingCommand) -> Result<Self, HeaderError> {
+        Ok(Self {
+            topic: req.get_str("topic")?.to_string(),
+            queue_id: req.get_i32("queueId")?,
+            index: req.get_i64("index")?,
+            count: req.get_i32("count")?,
+            consumer_group: req
+                .get_str_opt("consumerGroup")
+                .filter(|g| !g.is_empty())
+                .map(str::to_string),
+        })
+    }
+}
+
 /// INVOKE_BROKER_TO_RESET_OFFSET (222) from mqadmin, and RESET_CONSUMER_CLIENT_OFFSET (220)
 /// from the broker to the group's consumers: move `group`'s offsets on `topic` to the first
 /// message stored at or after `timestamp` (ms; -1: the queue's end).

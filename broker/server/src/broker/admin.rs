@@ -14,15 +14,12 @@ use conveyor_protocol::code::response_code as resp;
 use conveyor_protocol::command::RemotingCommand;
 use conveyor_protocol::header::admin::{
     CreateTopicRequestHeader, DeleteSubscriptionGroupRequestHeader, DeleteTopicRequestHeader,
-    GetConsumeStatsRequestHeader, GetConsumerConnectionListRequestHeader,
     GetSubscriptionGroupConfigRequestHeader, GetTopicConfigRequestHeader,
     GetTopicStatsInfoRequestHeader, QueryTopicConsumeByWhoRequestHeader,
-    QueryTopicsByConsumerRequestHeader, ResetOffsetRequestHeader,
+    QueryTopicsByConsumerRequestHeader,
 };
 use conveyor_protocol::json;
-use conveyor_protocol::route::{
-    GroupList, MessageQueue, SubscriptionData, TopicConfig, TopicConfigSerializeWrapper,
-};
+use conveyor_protocol::route::{GroupList, MessageQueue, TopicConfig, TopicConfigSerializeWrapper};
 use conveyor_protocol::time::now_ms;
 use conveyor_store::MessageStore;
 use serde::Serialize;
@@ -74,34 +71,6 @@ struct TopicOffset {
 
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
-struct OffsetWrapper {
-    broker_offset: i64,
-    consumer_offset: i64,
-    pull_offset: i64,
-    last_timestamp: i64,
-}
-
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct ConnectionInfo {
-    client_id: String,
-    client_addr: String,
-    language: String,
-    version: i32,
-}
-
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct ConsumerConnection {
-    connection_set: Vec<ConnectionInfo>,
-    subscription_table: BTreeMap<String, SubscriptionData>,
-    consume_type: conveyor_protocol::route::ConsumeType,
-    message_model: conveyor_protocol::route::MessageModel,
-    consume_from_where: conveyor_protocol::route::ConsumeFromWhere,
-}
-
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
 struct TopicList {
     topic_list: Vec<String>,
     broker_addr: String,
@@ -114,6 +83,13 @@ struct GroupTable<'a> {
     #[serde(rename = "dataVersion")]
     data_version: conveyor_protocol::route::DataVersion,
 }
+
+/// The settings UPDATE_BROKER_CONFIG changes at run time (RocketMQ's names).
+pub const RUNTIME_KEYS: [&str; 3] = [
+    "brokerPermission",
+    "autoCreateTopicEnable",
+    "autoCreateSubscriptionGroup",
+];
 
 /// Messages a broker stores for later: delay levels and timers not due yet, transactional
 /// half messages not decided yet.
@@ -207,9 +183,34 @@ impl AdminBrokerProcessor {
         }
     }
 
+    /// Topics the broker itself keeps (RocketMQ's TopicValidator system topics, with the
+    /// cluster and broker names): they cannot be deleted.
+    fn is_system_topic(&self, topic: &str) -> bool {
+        topics::is_internal(topic)
+            || [
+                topics::AUTO_CREATE_TOPIC,
+                topics::SELF_TEST_TOPIC,
+                self.config.cluster_name.as_str(),
+                self.config.broker_name.as_str(),
+            ]
+            .contains(&topic)
+    }
+
     /// DELETE_TOPIC_IN_BROKER.
     pub async fn delete_topic(&self, req: &RemotingCommand) -> Reply {
         let h = DeleteTopicRequestHeader::parse(req).map_err(bad_header(req))?;
+        if self.is_system_topic(&h.topic) {
+            return Err(error_response(
+                req,
+                resp::INVALID_PARAMETER,
+                format!("The topic[{}] is conflict with system topic.", h.topic),
+            ));
+        }
+        // The groups' offsets on it go too (RocketMQ 5): a topic created again under the
+        // same name starts its groups afresh.
+        for group in self.offsets.groups_of_topic(&h.topic) {
+            self.offsets.remove(&group, &h.topic);
+        }
         self.topics
             .remove(&h.topic)
             .map_err(|e| error_response(req, resp::SYSTEM_ERROR, e.to_string()))?;
@@ -268,8 +269,8 @@ impl AdminBrokerProcessor {
             self.store_host.ip(),
             self.store_host.port(),
             self.config.namesrv_addrs.join(";"),
-            self.config.auto_create_topic,
-            self.config.auto_create_subscription_group,
+            self.topics.auto_create(),
+            self.groups.auto_create(),
             self.config.default_topic_queue_nums,
             if sync_flush(&self.store) { "SYNC_FLUSH" } else { "ASYNC_FLUSH" },
             self.config.delay_levels,
@@ -283,51 +284,102 @@ impl AdminBrokerProcessor {
             .with_body(text.into_bytes()))
     }
 
-    /// UPDATE_BROKER_CONFIG: the body holds `key=value` lines (Java properties). Of
-    /// RocketMQ's settings only `brokerPermission` changes at run time here; a request naming
-    /// any other key changes nothing and says which keys it cannot change. Not persisted.
+    /// UPDATE_BROKER_CONFIG: the body holds `key=value` lines (Java properties). The settings
+    /// in [`RUNTIME_KEYS`] change at run time; a request naming any other key changes nothing
+    /// and says which keys it cannot change, and a bad value changes nothing either. Not
+    /// persisted: a restart takes the configured values.
     pub fn update_broker_config(&self, req: &RemotingCommand) -> Reply {
-        let text = String::from_utf8_lossy(&req.body);
-        let pairs: Vec<(&str, &str)> = text
-            .lines()
-            .map(str::trim)
-            .filter(|l| !l.is_empty() && !l.starts_with('#') && !l.starts_with('!'))
-            .map(|l| {
-                let at = l.find(['=', ':']).unwrap_or(l.len());
-                (l[..at].trim(), l.get(at + 1..).unwrap_or("").trim())
-            })
-            .collect();
+        let pairs = conveyor_protocol::properties::parse(&String::from_utf8_lossy(&req.body));
         let fixed: Vec<&str> = pairs
             .iter()
-            .map(|(k, _)| *k)
-            .filter(|k| *k != "brokerPermission")
+            .map(|(k, _)| k.as_str())
+            .filter(|k| !RUNTIME_KEYS.contains(k))
             .collect();
         if !fixed.is_empty() {
             return Err(error_response(
                 req,
                 resp::NO_PERMISSION,
                 format!(
-                    "cannot change {} at run time: only brokerPermission can; set the others in \
-                     the broker's configuration file and restart it",
-                    fixed.join(", ")
+                    "cannot change {} at run time: only {} can; set the others in the broker's \
+                     configuration file and restart it",
+                    fixed.join(", "),
+                    RUNTIME_KEYS.join(", ")
                 ),
             ));
         }
-        let mut changed = false;
-        for (_, value) in &pairs {
-            changed |= self
-                .permission
-                .set(value)
-                .map_err(|e| error_response(req, resp::INVALID_PARAMETER, e.to_string()))?;
+        let invalid = |e: String| error_response(req, resp::INVALID_PARAMETER, e);
+        let flag = |key: &str, value: &str| {
+            value
+                .parse::<bool>()
+                .map_err(|_| invalid(format!("{key} must be true or false, not {value:?}")))
+        };
+        // Every value is checked before any is applied.
+        for (key, value) in &pairs {
+            match key.as_str() {
+                "brokerPermission" => {
+                    crate::broker::permission::parse(value).map_err(|e| invalid(e.to_string()))?;
+                }
+                _ => {
+                    flag(key, value)?;
+                }
+            }
         }
-        if changed {
-            tracing::warn!(
-                permission = self.permission.get(),
-                "brokerPermission changed"
-            );
-            // Routes follow at once: producers stop choosing a read-only broker.
+        let mut reregister = false;
+        for (key, value) in &pairs {
+            let changed = match key.as_str() {
+                "brokerPermission" => self
+                    .permission
+                    .set(value)
+                    .map_err(|e| invalid(e.to_string()))?,
+                "autoCreateTopicEnable" => self
+                    .topics
+                    .set_auto_create(flag(key, value)?)
+                    .map_err(|e| error_response(req, resp::SYSTEM_ERROR, e.to_string()))?,
+                _ => self.groups.set_auto_create(flag(key, value)?),
+            };
+            if changed {
+                tracing::warn!(key = %key, value = %value, "broker setting changed at run time");
+                // Routes follow at once: producers stop choosing a read-only broker, and
+                // clients see TBW102's permission.
+                reregister |= key != "autoCreateSubscriptionGroup";
+            }
+        }
+        if reregister {
             self.registrar.register_soon();
         }
+        Ok(ok(req))
+    }
+
+    /// CLEAN_EXPIRED_CONSUMEQUEUE (`cleanExpiredCQ`): deletes now the ConsumeQueue files
+    /// whose records retention already removed from the CommitLog.
+    pub fn clean_expired_queues(&self, req: &RemotingCommand) -> Reply {
+        let files = self
+            .store
+            .clean_expired_queues()
+            .map_err(|e| store_error_response(req, &e))?;
+        tracing::info!(files, "expired ConsumeQueue files deleted on request");
+        Ok(ok(req))
+    }
+
+    /// CLEAN_UNUSED_TOPIC (`cleanUnusedTopic`): deletes the ConsumeQueues of topics that are
+    /// no longer in the topic table (left by a deletion that did not finish, or by a table
+    /// restored from a backup). Retry, dead-letter and system topics stay.
+    pub fn clean_unused_topics(&self, req: &RemotingCommand) -> Reply {
+        let (table, _) = self.topics.snapshot();
+        let mut unused: Vec<String> = self
+            .store
+            .queues()
+            .into_iter()
+            .map(|(t, _)| t)
+            .filter(|t| !table.contains_key(t) && !topics::is_kept_without_config(t))
+            .collect();
+        unused.dedup();
+        for topic in &unused {
+            self.store
+                .delete_topic(topic)
+                .map_err(|e| store_error_response(req, &e))?;
+        }
+        tracing::info!(topics = ?unused, "queues of unused topics deleted on request");
         Ok(ok(req))
     }
 
@@ -599,163 +651,6 @@ impl AdminBrokerProcessor {
         )
         .map_err(internal(req))?;
         Ok(ok(req).with_body(body))
-    }
-
-    /// GET_CONSUME_STATS: a group's progress on every queue of its topics.
-    pub fn consume_stats(&self, req: &RemotingCommand) -> Reply {
-        let h = GetConsumeStatsRequestHeader::parse(req).map_err(bad_header(req))?;
-        let group = h.consumer_group.as_str();
-        let mut topic_names: Vec<String> = match &h.topic {
-            Some(t) => vec![t.clone()],
-            None => {
-                let mut t: Vec<String> = self
-                    .offsets
-                    .offsets_of_group(group)
-                    .into_iter()
-                    .map(|(t, _, _)| t)
-                    .collect();
-                if let Some(g) = self.clients.consumer_group(group) {
-                    t.extend(g.subscriptions.into_keys());
-                }
-                t
-            }
-        };
-        topic_names.sort();
-        topic_names.dedup();
-        let mut entries = Vec::new();
-        for topic in topic_names {
-            let Some(config) = self.topics.get(&topic) else {
-                continue;
-            };
-            for q in 0..config.read_queue_nums.max(config.write_queue_nums) {
-                let broker_offset = self.store.max_offset(&topic, q);
-                let consumer_offset = self.offsets.query(group, &topic, q).unwrap_or(0);
-                let last_timestamp = if consumer_offset > 0 {
-                    self.store
-                        .store_time_at(&topic, q, consumer_offset - 1)
-                        .unwrap_or(0)
-                } else {
-                    0
-                };
-                entries.push((
-                    self.mq(&topic, q),
-                    OffsetWrapper {
-                        broker_offset,
-                        consumer_offset,
-                        pull_offset: consumer_offset,
-                        last_timestamp,
-                    },
-                ));
-            }
-        }
-        let body = mq_keyed_map(
-            "offsetTable",
-            &entries,
-            &[("consumeTps", serde_json::json!(0.0))],
-        )
-        .map_err(internal(req))?;
-        Ok(ok(req).with_body(body))
-    }
-
-    /// INVOKE_BROKER_TO_RESET_OFFSET (mqadmin `resetOffsetByTime`, `skipAccumulatedMessage`):
-    /// the group's offset on every write queue of the topic moves to the first message stored
-    /// at or after `timestamp` (-1: the queue's end); without `isForce` only backwards, as
-    /// RocketMQ's `Broker2Client.resetOffset`. The broker commits the new offsets itself (as
-    /// RocketMQ 5 with `useServerSideResetOffset`), so the reset holds with no consumer online,
-    /// and tells every running consumer of the group (RESET_CONSUMER_CLIENT_OFFSET, the
-    /// offsets in the body), which jump to them. The answer lists the offsets.
-    pub fn reset_offset(&self, req: &RemotingCommand) -> Reply {
-        let h = ResetOffsetRequestHeader::parse(req).map_err(bad_header(req))?;
-        let Some(config) = self.topics.get(&h.topic) else {
-            return Err(error_response(
-                req,
-                resp::SYSTEM_ERROR,
-                format!(
-                    "[reset-offset] reset offset failed, no topic in this broker. topic={}",
-                    h.topic
-                ),
-            ));
-        };
-        // As RocketMQ: a group without offsets on the topic has nothing to reset. A queue it
-        // never committed on counts from 0.
-        let has_offsets = self
-            .offsets
-            .offsets_of_group(&h.group)
-            .iter()
-            .any(|(t, _, _)| *t == h.topic);
-        if !has_offsets {
-            return Err(error_response(
-                req,
-                resp::SYSTEM_ERROR,
-                format!(
-                    "the consumer group <{}> has no offsets on topic {}: nothing to reset",
-                    h.group, h.topic
-                ),
-            ));
-        }
-        let mut table = Vec::new();
-        for q in 0..config.write_queue_nums {
-            let committed = self.offsets.query(&h.group, &h.topic, q).unwrap_or(0);
-            let target = if h.timestamp == -1 {
-                self.store.max_offset(&h.topic, q)
-            } else {
-                self.store.offset_by_time(&h.topic, q, h.timestamp)
-            }
-            .max(0);
-            let offset = if h.is_force || target < committed {
-                target
-            } else {
-                committed
-            };
-            table.push((self.mq(&h.topic, q), offset));
-        }
-        for (mq, offset) in &table {
-            self.offsets
-                .commit(&h.group, &h.topic, mq.queue_id, *offset);
-        }
-        let body = mq_keyed_map("offsetTable", &table, &[]).map_err(internal(req))?;
-        let notice = RemotingCommand::request(
-            conveyor_protocol::code::request_code::RESET_CONSUMER_CLIENT_OFFSET,
-            h.to_ext_fields(),
-        )
-        .with_body(body.clone());
-        if let Some(group) = self.clients.consumer_group(&h.group) {
-            for channel in group.channels.values() {
-                channel.conn.send_oneway(notice.clone());
-            }
-        }
-        tracing::info!(group = %h.group, topic = %h.topic, timestamp = h.timestamp, force = h.is_force, "consumer offsets reset");
-        Ok(ok(req).with_body(body))
-    }
-
-    /// GET_CONSUMER_CONNECTION_LIST: a live group's members and subscriptions.
-    pub fn consumer_connections(&self, req: &RemotingCommand) -> Reply {
-        let h = GetConsumerConnectionListRequestHeader::parse(req).map_err(bad_header(req))?;
-        let group = h.consumer_group.as_str();
-        let Some(g) = self.clients.consumer_group(group) else {
-            return Err(error_response(
-                req,
-                resp::CONSUMER_NOT_ONLINE,
-                format!("the consumer group[{group}] not online"),
-            ));
-        };
-        let body = ConsumerConnection {
-            connection_set: g
-                .channels
-                .values()
-                .map(|c| ConnectionInfo {
-                    client_id: c.client_id.clone(),
-                    client_addr: c.conn.peer().to_string(),
-                    language: c.language.clone(),
-                    version: c.version,
-                })
-                .collect(),
-            subscription_table: g.subscriptions.into_iter().collect(),
-            consume_type: g.consume_type,
-            message_model: g.message_model,
-            consume_from_where: g.consume_from_where,
-        };
-        Ok(ok(req).with_body(json::to_vec(&body).map_err(internal(req))?))
     }
 }
 

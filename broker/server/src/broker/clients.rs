@@ -274,6 +274,15 @@ impl ClientManager {
             .collect()
     }
 
+    /// The live channels of a producer group (`producerConnection`).
+    pub fn producer_channels(&self, group: &str) -> Vec<ClientChannel> {
+        self.lock()
+            .producers
+            .get(group)
+            .map(|g| g.values().filter(|c| c.conn.is_open()).cloned().collect())
+            .unwrap_or_default()
+    }
+
     /// A live connection of a producer group (transaction checks), preferring recent ones.
     pub fn producer_channel(&self, group: &str) -> Option<ClientChannel> {
         let s = self.lock();

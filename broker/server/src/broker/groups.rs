@@ -80,8 +80,9 @@ pub struct SubscriptionGroupManager {
     file: ConfigFile,
     /// The groups and the table's version, as persisted.
     state: RwLock<Persisted>,
-    /// `autoCreateSubscriptionGroup`: unknown groups are created on first use.
-    auto_create: bool,
+    /// `autoCreateSubscriptionGroup`: unknown groups are created on first use (changed at
+    /// run time by UPDATE_BROKER_CONFIG).
+    auto_create: AtomicBool,
     /// Admits auto-creations (shared with the topic table).
     guard: Arc<AutoCreateGuard>,
     /// Changed by an auto-creation since last persisted (saved in the background by
@@ -101,10 +102,21 @@ impl SubscriptionGroupManager {
         Ok(Self {
             file,
             state: RwLock::new(state),
-            auto_create,
+            auto_create: AtomicBool::new(auto_create),
             guard,
             dirty: AtomicBool::new(false),
         })
+    }
+
+    /// Whether unknown groups are created on first use.
+    pub fn auto_create(&self) -> bool {
+        self.auto_create.load(Ordering::Acquire)
+    }
+
+    /// Turns automatic group creation on or off (not persisted: a restart takes the
+    /// configured value). Returns whether it changed.
+    pub fn set_auto_create(&self, on: bool) -> bool {
+        self.auto_create.swap(on, Ordering::AcqRel) != on
     }
 
     /// Takes the master's groups as this slave's (SlaveSynchronize) and persists them when
@@ -140,7 +152,7 @@ impl SubscriptionGroupManager {
         if let Some(c) = self.get(group) {
             return Ok(Some(c));
         }
-        if !self.auto_create {
+        if !self.auto_create() {
             return Ok(None);
         }
         let mut s = self.state.write().unwrap_or_else(|e| e.into_inner());

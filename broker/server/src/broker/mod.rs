@@ -31,6 +31,7 @@ pub mod client_processor;
 pub mod clients;
 pub mod config;
 pub mod config_file;
+pub mod consume_admin;
 pub mod durability;
 pub mod filter;
 pub mod groups;
@@ -127,6 +128,8 @@ pub struct Broker {
     client_requests: ClientManageProcessor,
     /// The admin requests.
     admin: AdminBrokerProcessor,
+    /// Consumption admin requests (progress, connections, offset moves, queue entries).
+    consume_admin: consume_admin::ConsumeAdmin,
     /// Delay-level delivery.
     schedule: Arc<ScheduleMessageService>,
     /// Timer-message delivery.
@@ -367,6 +370,14 @@ impl Broker {
             Duration::from_millis(config.register_interval_ms.clamp(1_000, 60_000));
         let offset_persist_interval =
             Duration::from_millis(config.offset_persist_interval_ms.max(100));
+        let consume_admin = consume_admin::ConsumeAdmin::new(consume_admin::ConsumeAdminDeps {
+            broker_name: config.broker_name.clone(),
+            broker_addr: config.advertised_addr.clone(),
+            store: store.clone(),
+            topics: topics.clone(),
+            offsets: offsets.clone(),
+            clients: clients.clone(),
+        });
         let admin = AdminBrokerProcessor::new(
             config,
             store_host,
@@ -398,6 +409,7 @@ impl Broker {
             query,
             client_requests,
             admin,
+            consume_admin,
             schedule,
             timer,
             transactions,
@@ -684,9 +696,24 @@ impl Broker {
             rc::UPDATE_BROKER_CONFIG => self.admin.update_broker_config(req),
             rc::GET_BROKER_RUNTIME_INFO => self.admin.runtime_info(req, &self.parked()),
             rc::GET_TOPIC_STATS_INFO => self.admin.topic_stats(req),
-            rc::GET_CONSUME_STATS => self.admin.consume_stats(req),
-            rc::INVOKE_BROKER_TO_RESET_OFFSET => self.admin.reset_offset(req),
-            rc::GET_CONSUMER_CONNECTION_LIST => self.admin.consumer_connections(req),
+            rc::GET_CONSUME_STATS => self.consume_admin.consume_stats(req),
+            rc::GET_BROKER_CONSUME_STATS => self.consume_admin.broker_consume_stats(req),
+            rc::INVOKE_BROKER_TO_RESET_OFFSET => self.consume_admin.reset_offset(req),
+            rc::CLONE_GROUP_OFFSET => self.consume_admin.clone_group_offset(req),
+            rc::QUERY_CONSUME_QUEUE => self.consume_admin.query_consume_queue(req),
+            rc::GET_CONSUMER_CONNECTION_LIST => self.consume_admin.consumer_connections(req),
+            rc::GET_PRODUCER_CONNECTION_LIST => self.consume_admin.producer_connections(req),
+            rc::GET_CONSUMER_RUNNING_INFO => self.consume_admin.consumer_running_info(req).await,
+            rc::GET_BROKER_HA_STATUS => json_body(
+                req,
+                conveyor_protocol::json::to_vec(&self.replication.runtime_info()),
+            ),
+            rc::GET_BROKER_EPOCH_CACHE => json_body(
+                req,
+                conveyor_protocol::json::to_vec(&self.replication.epoch_cache()),
+            ),
+            rc::CLEAN_EXPIRED_CONSUMEQUEUE => self.admin.clean_expired_queues(req),
+            rc::CLEAN_UNUSED_TOPIC => self.admin.clean_unused_topics(req),
             rc::UPDATE_AND_CREATE_SUBSCRIPTIONGROUP => self.admin.upsert_group(req),
             rc::GET_SUBSCRIPTIONGROUP_CONFIG => self.admin.group_config(req),
             rc::GET_ALL_SUBSCRIPTIONGROUP_CONFIG => self.admin.all_group_config(req),

@@ -24,6 +24,15 @@ impl Default for BrokerPermission {
 #[error("brokerPermission must be a number from 0 to 7 (read 4, write 2, inherit 1), not {0:?}")]
 pub struct InvalidPermission(pub String);
 
+/// Permission bits from their decimal text.
+pub fn parse(text: &str) -> Result<i32, InvalidPermission> {
+    text.trim()
+        .parse()
+        .ok()
+        .filter(|b| (0..=7).contains(b))
+        .ok_or_else(|| InvalidPermission(text.to_string()))
+}
+
 impl BrokerPermission {
     /// The current bits.
     pub fn get(&self) -> i32 {
@@ -32,12 +41,7 @@ impl BrokerPermission {
 
     /// Sets the bits from their decimal text; returns whether they changed.
     pub fn set(&self, text: &str) -> Result<bool, InvalidPermission> {
-        let bits: i32 = text
-            .trim()
-            .parse()
-            .ok()
-            .filter(|b| (0..=7).contains(b))
-            .ok_or_else(|| InvalidPermission(text.to_string()))?;
+        let bits = parse(text)?;
         Ok(self.0.swap(bits, Ordering::AcqRel) != bits)
     }
 

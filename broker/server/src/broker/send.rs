@@ -84,8 +84,6 @@ pub struct SendMessageProcessor {
     slots: Semaphore,
     /// `send_queue_wait_ms`.
     send_queue_wait: Duration,
-    /// `auto_create_topic`.
-    auto_create_topic: bool,
     /// Stamped into every message's CLUSTER property.
     cluster_name: String,
     /// STOREHOST of the records and the address in their offset message ids.
@@ -105,7 +103,6 @@ impl SendMessageProcessor {
             parking: deps.parking,
             slots: Semaphore::new(config.max_sends_in_flight),
             send_queue_wait: Duration::from_millis(config.send_queue_wait_ms),
-            auto_create_topic: config.auto_create_topic,
             cluster_name: config.cluster_name.clone(),
             store_host,
         }
@@ -135,7 +132,7 @@ impl SendMessageProcessor {
                 };
                 self.topics.ensure_guarded(&h.topic, queues).map(|(t, _)| t)
             })
-        } else if self.auto_create_topic {
+        } else if self.topics.auto_create() {
             self.topics
                 .create_from_template(&h.topic, &h.default_topic, h.default_topic_queue_nums)
                 .transpose()
@@ -161,7 +158,7 @@ impl SendMessageProcessor {
                 format!(
                     "topic[{}] not exist, apply first please! (auto-creation is {})",
                     h.topic,
-                    if self.auto_create_topic {
+                    if self.topics.auto_create() {
                         "on but the default topic does not allow it"
                     } else {
                         "disabled"

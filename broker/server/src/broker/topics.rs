@@ -45,6 +45,20 @@ pub fn is_forbidden_for_send(topic: &str) -> bool {
     ) || topic == "OFFSET_MOVED_EVENT"
 }
 
+/// The broker's internal topics: those clients may not send to, and RocketMQ's `rmq_sys_`
+/// and `RMQ_SYS_` families.
+pub fn is_internal(topic: &str) -> bool {
+    is_forbidden_for_send(topic) || topic.starts_with("rmq_sys_") || topic.starts_with("RMQ_SYS_")
+}
+
+/// Topics whose queues live without an entry in the topic table: per-group retry and
+/// dead-letter topics and the broker's internal topics (`cleanUnusedTopic` leaves them).
+pub fn is_kept_without_config(topic: &str) -> bool {
+    topic.starts_with(RETRY_GROUP_TOPIC_PREFIX)
+        || topic.starts_with(DLQ_GROUP_TOPIC_PREFIX)
+        || is_internal(topic)
+}
+
 /// `%RETRY%group`.
 pub fn retry_topic(group: &str) -> String {
     format!("{RETRY_GROUP_TOPIC_PREFIX}{group}")
@@ -139,6 +153,37 @@ impl TopicConfigManager {
         };
         mgr.persist()?;
         Ok(mgr)
+    }
+
+    /// Whether clients may create topics by sending to them (`autoCreateTopicEnable`): the
+    /// template topic TBW102 carries INHERIT exactly then, so its route tells the clients too.
+    pub fn auto_create(&self) -> bool {
+        self.get(AUTO_CREATE_TOPIC)
+            .is_some_and(|t| t.perm & perm::INHERIT != 0)
+    }
+
+    /// Turns automatic topic creation on or off at run time (UPDATE_BROKER_CONFIG
+    /// `autoCreateTopicEnable`); persisted with the table, but a restart takes the configured
+    /// value again. Returns whether it changed (the caller re-registers).
+    pub fn set_auto_create(&self, on: bool) -> Result<bool, ConfigFileError> {
+        {
+            let mut s = self.state.write().unwrap_or_else(|e| e.into_inner());
+            let Some(tbw) = s.topic_config_table.get_mut(AUTO_CREATE_TOPIC) else {
+                return Ok(false);
+            };
+            let perm_now = if on {
+                tbw.perm | perm::INHERIT
+            } else {
+                tbw.perm & !perm::INHERIT
+            };
+            if perm_now == tbw.perm {
+                return Ok(false);
+            }
+            tbw.perm = perm_now;
+            s.data_version.counter += 1;
+            s.data_version.timestamp = now_ms();
+        }
+        self.persist().map(|()| true)
     }
 
     fn read(&self) -> RwLockReadGuard<'_, Persisted> {

@@ -106,6 +106,10 @@ pub enum ControllerError {
     /// No replica may become master (CONTROLLER_MASTER_NOT_AVAILABLE).
     #[error("no replica can become master: {0}")]
     MasterNotAvailable(String),
+    /// A designated election of the master that is already master and alive
+    /// (CONTROLLER_MASTER_STILL_EXIST).
+    #[error("the old master {0} is still alive, no need to elect a new master")]
+    MasterStillExists(i64),
     /// The group or broker is unknown (CONTROLLER_BROKER_METADATA_NOT_EXIST).
     #[error("unknown broker group or member: {0}")]
     Unknown(String),
@@ -156,6 +160,11 @@ impl GroupState {
         allow_unclean: bool,
     ) -> Result<Election, ControllerError> {
         let alive = |c: &&Candidate| c.alive && self.members.contains_key(&c.broker_id);
+        if let Some(id) = designated.filter(|id| self.master == Some(*id)) {
+            if candidates.iter().any(|c| c.broker_id == id && alive(&c)) {
+                return Err(ControllerError::MasterStillExists(id));
+            }
+        }
         let in_sync: Vec<&Candidate> = candidates
             .iter()
             .filter(alive)
@@ -350,6 +359,18 @@ mod tests {
         g.alter_sync_state_set(0, 1, 2, BTreeSet::from([0, 2]), |_| true)
             .unwrap();
         assert!(g.elect(&all, Some(1), false).is_err());
+    }
+
+    #[test]
+    fn designating_the_alive_master_elects_nobody() {
+        let mut g = group();
+        let all = [c(0, true, 1, 900), c(1, true, 1, 900)];
+        let before = g.clone();
+        assert_eq!(
+            g.elect(&all, Some(0), false),
+            Err(ControllerError::MasterStillExists(0))
+        );
+        assert_eq!(g, before);
     }
 
     #[test]

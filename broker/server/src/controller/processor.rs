@@ -117,6 +117,9 @@ fn refusal(req: &RemotingCommand, e: ServiceError) -> RemotingCommand {
         ServiceError::Decision(ControllerError::MasterNotAvailable(_)) => {
             resp::CONTROLLER_MASTER_NOT_AVAILABLE
         }
+        ServiceError::Decision(ControllerError::MasterStillExists(_)) => {
+            resp::CONTROLLER_MASTER_STILL_EXIST
+        }
         ServiceError::Decision(ControllerError::Unknown(_)) => {
             resp::CONTROLLER_BROKER_METADATA_NOT_EXIST
         }
@@ -133,6 +136,39 @@ fn header<'a>(req: &'a RemotingCommand, key: &str) -> Result<&'a str, RemotingCo
 fn number(req: &RemotingCommand, key: &str) -> Result<i64, RemotingCommand> {
     req.get_i64(key)
         .map_err(|e| error_response(req, resp::INVALID_PARAMETER, e.to_string()))
+}
+
+/// The name this controller gives itself in CONTROLLER_GET_METADATA_INFO (RocketMQ's DLedger
+/// peer id; Conveyor runs one controller, its own leader).
+const CONTROLLER_ID: &str = "n0";
+
+/// RocketMQ's ReplicaIdentity.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ReplicaIdentity {
+    broker_name: String,
+    broker_id: i64,
+    broker_address: String,
+    alive: bool,
+}
+
+/// RocketMQ's ReplicasInfo: one group's master, epochs and replicas in and out of sync.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ReplicasInfo {
+    master_broker_id: i64,
+    master_address: String,
+    master_epoch: u32,
+    sync_state_set_epoch: u32,
+    in_sync_replicas: Vec<ReplicaIdentity>,
+    not_in_sync_replicas: Vec<ReplicaIdentity>,
+}
+
+/// RocketMQ's BrokerReplicasInfo (CONTROLLER_GET_SYNC_STATE_DATA's answer).
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct BrokerReplicasInfo {
+    replicas_info_table: BTreeMap<String, ReplicasInfo>,
 }
 
 impl Controller {
@@ -170,6 +206,17 @@ impl Controller {
                     .map(|end| end.max(0) as u64),
             ),
             rc::CONTROLLER_GET_REPLICA_INFO => self.replica_info(header(req, "brokerName")?),
+            rc::CONTROLLER_GET_METADATA_INFO => {
+                // One controller: the leader, reachable at the address the caller used.
+                let addr = conn.local().to_string();
+                return Ok(ok(req)
+                    .with_ext("group", "conveyor")
+                    .with_ext("controllerLeaderId", CONTROLLER_ID)
+                    .with_ext("controllerLeaderAddress", addr.as_str())
+                    .with_ext("isLeader", true)
+                    .with_ext("peers", format!("{CONTROLLER_ID}:{addr};")));
+            }
+            rc::CONTROLLER_GET_SYNC_STATE_DATA => return self.sync_state_data(req),
             rc::CONTROLLER_ELECT_MASTER => {
                 let designated = req
                     .get_i64_opt("brokerId")
@@ -209,6 +256,58 @@ impl Controller {
         };
         info.map(|i| replica_info_response(req, &i))
             .map_err(|e| refusal(req, e))
+    }
+}
+
+impl Controller {
+    /// CONTROLLER_GET_SYNC_STATE_DATA (`mqadmin getSyncStateSet`): the body names broker
+    /// groups (a JSON array); unknown ones are left out, as RocketMQ does.
+    fn sync_state_data(&self, req: &RemotingCommand) -> Reply {
+        let names: Vec<String> = conveyor_protocol::json::from_slice(&req.body).map_err(|e| {
+            error_response(
+                req,
+                resp::INVALID_PARAMETER,
+                format!("the body must be a JSON array of broker names: {e}"),
+            )
+        })?;
+        let mut table = BTreeMap::new();
+        for name in names {
+            let Ok(info) = self.replica_info(&name) else {
+                continue;
+            };
+            let alive = self.liveness(&name);
+            let (mut in_sync, mut out_of_sync) = (Vec::new(), Vec::new());
+            for (id, member) in &info.members {
+                let replica = ReplicaIdentity {
+                    broker_name: name.clone(),
+                    broker_id: *id,
+                    broker_address: member.addr.clone(),
+                    alive: alive.get(id).copied().unwrap_or(false),
+                };
+                if info.sync_state_set.contains(id) {
+                    in_sync.push(replica);
+                } else {
+                    out_of_sync.push(replica);
+                }
+            }
+            table.insert(
+                name.clone(),
+                ReplicasInfo {
+                    master_broker_id: info.master.unwrap_or(-1),
+                    master_address: info.master_member.map(|m| m.addr).unwrap_or_default(),
+                    master_epoch: info.master_epoch,
+                    sync_state_set_epoch: info.sync_state_set_epoch,
+                    in_sync_replicas: in_sync,
+                    not_in_sync_replicas: out_of_sync,
+                },
+            );
+        }
+        let body = BrokerReplicasInfo {
+            replicas_info_table: table,
+        };
+        let body = conveyor_protocol::json::to_vec(&body)
+            .map_err(|e| error_response(req, resp::SYSTEM_ERROR, e.to_string()))?;
+        Ok(ok(req).with_body(body))
     }
 }
 

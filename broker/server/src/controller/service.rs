@@ -7,7 +7,7 @@
 //! killed process's socket is closed by its kernel, so a `kill -9` is seen in milliseconds
 //! while a frozen or cut-off master still takes the full detection time.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -446,6 +446,16 @@ impl Controller {
             .ok_or_else(|| ControllerError::Unknown(format!("group {group}")).into())
     }
 
+    /// Whether each registered replica of `group` is alive now (heartbeating within the
+    /// detection time), for CONTROLLER_GET_SYNC_STATE_DATA.
+    pub fn liveness(&self, group: &str) -> BTreeMap<i64, bool> {
+        let now = Instant::now();
+        self.member_ids(group)
+            .into_iter()
+            .map(|id| (id, self.is_alive(group, id, now)))
+            .collect()
+    }
+
     /// The master changes the in-sync set (compare-and-set).
     pub fn alter_sync_state_set(
         &self,
@@ -491,15 +501,19 @@ impl Controller {
         }
     }
 
-    fn candidates(&self, group: &str, now: Instant) -> Vec<Candidate> {
-        let members: Vec<i64> = self
-            .state
+    /// The registered replicas of `group`.
+    fn member_ids(&self, group: &str) -> Vec<i64> {
+        self.state
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .groups
             .get(group)
             .map(|g| g.members.keys().copied().collect())
-            .unwrap_or_default();
+            .unwrap_or_default()
+    }
+
+    fn candidates(&self, group: &str, now: Instant) -> Vec<Candidate> {
+        let members = self.member_ids(group);
         let beats = self
             .heartbeats
             .lock()

@@ -33,6 +33,10 @@ pub struct SlaveProgress {
     pub connection: Option<u64>,
     /// End of the log it acknowledged (kept after it disconnects: it still holds that).
     pub acked: u64,
+    /// The address its replication connection comes from (`haStatus`), when known.
+    pub peer: Option<std::net::SocketAddr>,
+    /// Where its current stream started.
+    pub stream_from: u64,
 }
 
 impl SlaveProgress {
@@ -149,14 +153,22 @@ impl ReplicaAcks {
         Some(candidate)
     }
 
-    /// A slave connected on `connection`, holding the log below `from`.
-    pub fn connected(&self, broker_id: i64, connection: u64, from: u64) {
+    /// A slave connected on `connection` from `peer`, holding the log below `from`.
+    pub fn connected(
+        &self,
+        broker_id: i64,
+        connection: u64,
+        from: u64,
+        peer: Option<std::net::SocketAddr>,
+    ) {
         self.lock().slaves.insert(
             broker_id,
             SlaveProgress {
                 broker_id,
                 connection: Some(connection),
                 acked: from,
+                peer,
+                stream_from: from,
             },
         );
     }
@@ -283,13 +295,13 @@ mod tests {
     #[test]
     fn a_send_is_released_only_when_enough_slaves_hold_it() {
         let acks = ReplicaAcks::new(Requirement::Count(2), 1 << 20, 100);
-        acks.connected(1, 10, 100);
+        acks.connected(1, 10, 100, None);
         assert_eq!(
             acks.wait_for(150, 150).unwrap_err(),
             Shortfall::SlaveNotAvailable,
             "one slave of two"
         );
-        acks.connected(2, 11, 100);
+        acks.connected(2, 11, 100, None);
         let mut rx = acks.wait_for(150, 150).unwrap().unwrap();
         assert_eq!(acks.acked(1, 10, 150), None, "one of two acked");
         assert!(rx.try_recv().is_err());
@@ -306,8 +318,8 @@ mod tests {
     #[test]
     fn a_reconnected_slave_counts_once_and_its_old_connection_is_ignored() {
         let acks = ReplicaAcks::new(Requirement::Count(2), 1 << 20, 0);
-        acks.connected(1, 10, 0);
-        acks.connected(1, 12, 0); // the same slave again
+        acks.connected(1, 10, 0, None);
+        acks.connected(1, 12, 0, None); // the same slave again
         assert_eq!(acks.slaves().len(), 1);
         assert!(acks.wait_for(10, 10).is_err(), "one slave, two connections");
         assert_eq!(acks.acked(1, 10, 50), None, "the old connection");
@@ -324,17 +336,17 @@ mod tests {
     #[test]
     fn every_member_of_the_in_sync_set_must_hold_a_record() {
         let acks = ReplicaAcks::new(Requirement::Members(BTreeSet::from([1, 2])), 1 << 20, 0);
-        acks.connected(1, 1, 0);
+        acks.connected(1, 1, 0, None);
         // Member 2 is not connected: the send waits (for 2, or for the set to drop it).
         let mut waiting = acks.wait_for(10, 10).unwrap().unwrap();
         assert!(waiting.try_recv().is_err());
         // A member connected but further behind than the gap limit is refused at once.
-        acks.connected(2, 2, 0);
+        acks.connected(2, 2, 0, None);
         assert_eq!(
             acks.wait_for(10, 2 << 20).unwrap_err(),
             Shortfall::SlaveNotAvailable
         );
-        acks.connected(3, 3, 0); // not in the set: its acks do not count
+        acks.connected(3, 3, 0, None); // not in the set: its acks do not count
         let mut rx = acks.wait_for(10, 10).unwrap().unwrap();
         assert_eq!(acks.acked(3, 3, 10), None);
         assert_eq!(acks.acked(1, 1, 10), None);
@@ -353,10 +365,10 @@ mod tests {
     #[test]
     fn the_watermark_never_goes_down_and_a_far_behind_slave_is_not_available() {
         let acks = ReplicaAcks::new(Requirement::Count(1), 1000, 0);
-        acks.connected(1, 1, 0);
+        acks.connected(1, 1, 0, None);
         assert_eq!(acks.acked(1, 1, 500), Some(500));
         acks.disconnected(1, 1);
-        acks.connected(1, 2, 300);
+        acks.connected(1, 2, 300, None);
         assert_eq!(acks.acked(1, 2, 400), None);
         assert_eq!(acks.confirmed(), 500);
         assert_eq!(

@@ -142,7 +142,7 @@ async fn connection(
         return Err(HaError::Refused(reason));
     }
     tracing::info!(%peer, broker_id, from, slave_end = max_offset, "slave following");
-    repl.acks.connected(broker_id, id, from);
+    repl.acks.connected(broker_id, id, from, Some(peer));
     let mut role = repl.role_changes();
     let term = *role.borrow_and_update();
     let result = tokio::select! {

@@ -20,6 +20,7 @@ pub mod frame;
 mod master;
 mod replication;
 mod slave;
+pub mod status;
 mod wire;
 pub mod zones;
 

@@ -3,7 +3,7 @@
 //! as a slave. The stream, the controller client and the acks table use it; it uses none of
 //! them but the acks table.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use conveyor_settings::BrokerRole;
@@ -56,6 +56,11 @@ pub struct Replication {
     pub(super) zones: Zones,
     /// As a slave: its stream from the master is up (past the handshake).
     pub(super) following: AtomicBool,
+    /// As a slave: when it last read a transfer from the master (ms since the epoch, 0:
+    /// never), for `haStatus`.
+    pub(super) last_read_ms: AtomicI64,
+    /// As a slave: when it last wrote an acknowledgement to the master (ms, 0: never).
+    pub(super) last_write_ms: AtomicI64,
     /// When this broker last stopped being master (see [`Replication::master_within`]).
     pub(super) deposed_at: std::sync::Mutex<Option<std::time::Instant>>,
     /// Writes hold it shared while this broker handles them; a master handing its group
@@ -104,6 +109,8 @@ impl Replication {
             next_connection: AtomicU64::new(1),
             zones: Zones::new(None),
             following: AtomicBool::new(false),
+            last_read_ms: AtomicI64::new(0),
+            last_write_ms: AtomicI64::new(0),
             writes: tokio::sync::RwLock::new(()),
             deposed_at: std::sync::Mutex::new(None),
             truncation_hooks: std::sync::Mutex::new(Vec::new()),

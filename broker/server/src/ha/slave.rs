@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Buf, BytesMut};
+use conveyor_protocol::time::now_ms;
 use conveyor_settings::SlaveAck;
 use conveyor_store::epoch::consistent_point;
 use conveyor_store::MessageStore;
@@ -221,7 +222,10 @@ async fn receive(
                 epoch_start,
                 confirm,
                 data,
-            } => (offset, epoch, epoch_start, confirm, data),
+            } => {
+                repl.last_read_ms.store(now_ms(), Ordering::Relaxed);
+                (offset, epoch, epoch_start, confirm, data)
+            }
             Frame::Refuse { reason } => return Err(HaError::Refused(reason)),
             other => {
                 return Err(HaError::Protocol(format!(
@@ -285,6 +289,7 @@ async fn acknowledge(
                 zone: zone_news.take(),
             };
             write_frame(wr, &frame, silent).await?;
+            repl.last_write_ms.store(now_ms(), Ordering::Relaxed);
             acked = Some(end);
         }
         tokio::select! {

@@ -3,6 +3,7 @@
 //! the request handling and the expiry timer around it.
 
 pub mod route_info;
+pub mod settings;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -18,23 +19,41 @@ use tokio_util::sync::CancellationToken;
 
 use crate::remoting::{error_response, Connection, Processor};
 use route_info::{Registration, RouteInfo};
+use settings::NamesrvSettings;
 
 /// Default time after which a broker that stopped registering is dropped.
 pub const BROKER_TIMEOUT: Duration = Duration::from_secs(120);
 /// How often expired brokers are looked for (RocketMQ 5.x: 5 s).
 const SCAN_INTERVAL: Duration = Duration::from_secs(5);
 
+/// The KV namespace of order-topic configurations (mqadmin `updateOrderConf`).
+const ORDER_TOPIC_CONFIG: &str = "ORDER_TOPIC_CONFIG";
+
 /// The name server's request processor.
-#[derive(Default)]
 pub struct NameServer {
+    /// Brokers, clusters and topic routes.
     routes: Mutex<RouteInfo>,
+    /// RocketMQ's KV configuration: namespace → key → value.
     kv: Mutex<HashMap<String, BTreeMap<String, String>>>,
+    /// Settings changed at run time by UPDATE_NAMESRV_CONFIG.
+    settings: Mutex<NamesrvSettings>,
 }
 
 impl NameServer {
-    /// A name server with an empty route table.
-    pub fn new() -> Arc<Self> {
-        Arc::new(Self::default())
+    /// A name server with an empty route table, listening on `listen_port`.
+    pub fn new(listen_port: u16) -> Arc<Self> {
+        Arc::new(Self {
+            routes: Mutex::default(),
+            kv: Mutex::default(),
+            settings: Mutex::new(NamesrvSettings::new(listen_port)),
+        })
+    }
+
+    fn settings(&self) -> NamesrvSettings {
+        self.settings
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     fn routes(&self) -> MutexGuard<'_, RouteInfo> {
@@ -119,10 +138,12 @@ impl NameServer {
         let mut response = RemotingCommand::response_to(req, resp::SUCCESS)
             .with_ext("haServerAddr", result.ha_server_addr.unwrap_or_default())
             .with_ext("masterAddr", result.master_addr.unwrap_or_default());
-        let order_conf = self.kv_namespace("ORDER_TOPIC_CONFIG");
-        response.body = json::to_vec(&KvTable { table: order_conf })
-            .map_err(|e| bad(&e))?
-            .into();
+        if self.settings().return_order_topic_config_to_broker {
+            let order_conf = self.kv_namespace(ORDER_TOPIC_CONFIG);
+            response.body = json::to_vec(&KvTable { table: order_conf })
+                .map_err(|e| bad(&e))?
+                .into();
+        }
         Ok(response)
     }
 
@@ -155,7 +176,14 @@ impl NameServer {
             }
             rc::GET_ROUTEINFO_BY_TOPIC => {
                 let topic = req.get_str("topic").map_err(|e| bad(&e))?;
-                match self.routes().route(topic) {
+                let mut route = self.routes().route(topic);
+                if let Some(route) = route
+                    .as_mut()
+                    .filter(|_| self.settings().order_message_enable)
+                {
+                    route.order_topic_conf = self.kv_namespace(ORDER_TOPIC_CONFIG).remove(topic);
+                }
+                match route {
                     // A client asking for its zone's route only (RocketMQ's ZoneRouteRPCHook).
                     Some(route) if req.get_bool_opt(ZONE_MODE).ok().flatten() == Some(true) => {
                         match req.get_str_opt(ZONE_NAME).and_then(normalize_zone) {
@@ -172,6 +200,9 @@ impl NameServer {
                 }
             }
             rc::GET_BROKER_CLUSTER_INFO => with_json(&self.routes().cluster_info()),
+            rc::GET_ALL_TOPIC_LIST_FROM_NAMESERVER if !self.settings().enable_topic_list => {
+                Err(error_response(req, resp::SYSTEM_ERROR, "disable"))
+            }
             rc::GET_ALL_TOPIC_LIST_FROM_NAMESERVER => with_json(&TopicList {
                 broker_addr: None,
                 topic_list: self.routes().topics(),
@@ -197,7 +228,8 @@ impl NameServer {
             }
             rc::DELETE_TOPIC_IN_NAMESRV => {
                 let topic = req.get_str("topic").map_err(|e| bad(&e))?;
-                self.routes().delete_topic(topic);
+                let cluster = req.get_str_opt("clusterName").filter(|c| !c.is_empty());
+                self.routes().delete_topic(topic, cluster);
                 Ok(ok())
             }
             rc::PUT_KV_CONFIG => {
@@ -235,6 +267,16 @@ impl NameServer {
                 {
                     m.remove(key);
                 }
+                Ok(ok())
+            }
+            rc::GET_NAMESRV_CONFIG => Ok(ok().with_body(self.settings().to_properties())),
+            rc::UPDATE_NAMESRV_CONFIG => {
+                let body = String::from_utf8_lossy(&req.body);
+                let mut settings = self.settings.lock().unwrap_or_else(|e| e.into_inner());
+                settings
+                    .update(&body)
+                    .map_err(|e| error_response(req, resp::NO_PERMISSION, e.to_string()))?;
+                tracing::warn!(settings = ?*settings, "name server settings changed");
                 Ok(ok())
             }
             rc::QUERY_DATA_VERSION => Ok(ok().with_ext("changed", "true")),

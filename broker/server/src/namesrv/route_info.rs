@@ -291,8 +291,22 @@ impl RouteInfo {
     }
 
     /// Removes a topic everywhere (DELETE_TOPIC_IN_NAMESRV).
-    pub fn delete_topic(&mut self, topic: &str) {
-        self.topics.remove(topic);
+    /// Forgets `topic` on the broker groups of `cluster` (RocketMQ's DELETE_TOPIC_IN_NAMESRV
+    /// with `clusterName`; an unknown cluster changes nothing), or everywhere without one.
+    pub fn delete_topic(&mut self, topic: &str, cluster: Option<&str>) {
+        let Some(cluster) = cluster else {
+            self.topics.remove(topic);
+            return;
+        };
+        let Some(groups) = self.clusters.get(cluster) else {
+            return;
+        };
+        if let Some(queues) = self.topics.get_mut(topic) {
+            queues.retain(|broker_name, _| !groups.contains(broker_name));
+            if queues.is_empty() {
+                self.topics.remove(topic);
+            }
+        }
     }
 }
 
@@ -341,6 +355,30 @@ mod tests {
             r.cluster_info().cluster_addr_table["DefaultCluster"],
             vec!["a", "b"]
         );
+    }
+
+    #[test]
+    fn deleting_a_topic_for_a_cluster_keeps_it_on_other_clusters() {
+        let mut r = RouteInfo::default();
+        let now = Instant::now();
+        r.register(reg("a", "m:1", 0, &[("T1", 4), ("T2", 4)]), now);
+        let mut other = reg("b", "n:1", 0, &[("T1", 4)]);
+        other.cluster = "Other".into();
+        r.register(other, now);
+        r.delete_topic("T1", Some("Unknown"));
+        assert_eq!(
+            r.route("T1").unwrap().queue_datas.len(),
+            2,
+            "unknown cluster"
+        );
+        r.delete_topic("T1", Some("DefaultCluster"));
+        let left = r.route("T1").unwrap();
+        assert_eq!(left.queue_datas.len(), 1);
+        assert_eq!(left.queue_datas[0].broker_name, "b");
+        r.delete_topic("T1", Some("Other"));
+        assert!(r.route("T1").is_none(), "gone with its last broker group");
+        r.delete_topic("T2", None);
+        assert!(r.route("T2").is_none());
     }
 
     #[test]

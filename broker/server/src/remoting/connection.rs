@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::{Arc, Mutex};
 
 use conveyor_protocol::command::RemotingCommand;
-use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 
 /// Process-unique connection id.
@@ -22,6 +22,25 @@ pub type ConnectionId = u64;
 
 /// Bytes a command is charged beyond its body (header, remark, extension fields).
 const HEADER_ALLOWANCE: usize = 1024;
+
+/// Server-initiated requests awaiting their answer at once on one connection (admin
+/// questions forwarded to a client, such as GET_CONSUMER_RUNNING_INFO); more are refused, so
+/// a client that never answers cannot make the broker hold unbounded waiters.
+const MAX_PENDING_CALLS: usize = 64;
+
+/// Why a request the server sent a client got no answer.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum CallError {
+    /// The connection closed, or its queue was full.
+    #[error("the client's connection is closed or not reading")]
+    Closed,
+    /// No answer within the deadline.
+    #[error("the client did not answer within {0:?}")]
+    TimedOut(std::time::Duration),
+    /// Too many requests to this client are already waiting.
+    #[error("too many requests to this client are waiting for answers")]
+    Busy,
+}
 
 /// A command on its way to the socket, with the budget it holds until written.
 pub(crate) struct Outgoing {
@@ -43,6 +62,8 @@ struct Inner {
     id: ConnectionId,
     /// The client's address.
     peer: SocketAddr,
+    /// The server's address the client reached (the address to tell it to call back on).
+    local: SocketAddr,
     /// The writer task's queue.
     tx: mpsc::Sender<Outgoing>,
     /// Opaque of the next server-initiated request.
@@ -55,12 +76,14 @@ struct Inner {
     reserved: Mutex<HashMap<i32, OwnedSemaphorePermit>>,
     /// Cancelled when the connection is closing (writer gone, peer stopped reading).
     closed: CancellationToken,
+    /// Server-initiated requests waiting for the client's answer, by opaque.
+    pending: Mutex<HashMap<i32, oneshot::Sender<RemotingCommand>>>,
 }
 
 impl Connection {
     pub(crate) fn new(
         id: ConnectionId,
-        peer: SocketAddr,
+        (peer, local): (SocketAddr, SocketAddr),
         tx: mpsc::Sender<Outgoing>,
         budget_bytes: usize,
     ) -> Self {
@@ -69,12 +92,14 @@ impl Connection {
             inner: Arc::new(Inner {
                 id,
                 peer,
+                local,
                 tx,
                 next_opaque: AtomicI32::new(1),
                 budget: Arc::new(Semaphore::new(budget_bytes)),
                 budget_bytes,
                 reserved: Mutex::new(HashMap::new()),
                 closed: CancellationToken::new(),
+                pending: Mutex::new(HashMap::new()),
             }),
         }
     }
@@ -87,6 +112,12 @@ impl Connection {
     /// The client's address (the born host of messages it sends).
     pub fn peer(&self) -> SocketAddr {
         self.inner.peer
+    }
+
+    /// The server's address this connection reached: where the client can call back (a
+    /// controller names itself with it).
+    pub fn local(&self) -> SocketAddr {
+        self.inner.local
     }
 
     /// True while the connection's writer is alive.
@@ -134,6 +165,12 @@ impl Connection {
     pub fn send_oneway(&self, mut request: RemotingCommand) -> bool {
         request.opaque = self.inner.next_opaque.fetch_add(1, Ordering::Relaxed);
         request.mark_oneway();
+        self.try_queue(request)
+    }
+
+    /// Queues a server-initiated request if the budget and the writer's queue have room now;
+    /// never waits. `false` when it was not queued.
+    fn try_queue(&self, request: RemotingCommand) -> bool {
         let bytes = charge(&request).min(self.inner.budget_bytes) as u32;
         let Ok(held) = self.inner.budget.clone().try_acquire_many_owned(bytes) else {
             return false;
@@ -143,6 +180,51 @@ impl Connection {
             _held: Some(held),
         };
         self.inner.tx.try_send(out).is_ok()
+    }
+
+    /// Sends the client a request and waits up to `timeout` for its answer (RocketMQ's
+    /// `invokeSync` from the broker to a client, as for GET_CONSUMER_RUNNING_INFO). Like [`Connection::send_oneway`] it never waits for queue
+    /// space: a client that is not reading is answered [`CallError::Closed`] at once.
+    pub async fn call(
+        &self,
+        mut request: RemotingCommand,
+        timeout: std::time::Duration,
+    ) -> Result<RemotingCommand, CallError> {
+        let opaque = self.inner.next_opaque.fetch_add(1, Ordering::Relaxed);
+        request.opaque = opaque;
+        let (tx, rx) = oneshot::channel();
+        {
+            let mut pending = self.lock_pending();
+            if pending.len() >= MAX_PENDING_CALLS {
+                return Err(CallError::Busy);
+            }
+            pending.insert(opaque, tx);
+        }
+        let outcome = if !self.try_queue(request) {
+            Err(CallError::Closed)
+        } else {
+            tokio::select! {
+                answer = rx => answer.map_err(|_| CallError::Closed),
+                _ = tokio::time::sleep(timeout) => Err(CallError::TimedOut(timeout)),
+                _ = self.inner.closed.cancelled() => Err(CallError::Closed),
+            }
+        };
+        self.lock_pending().remove(&opaque);
+        outcome
+    }
+
+    /// Hands a client's answer to the [`Connection::call`] waiting for it; answers nobody
+    /// waits for (to oneway requests, or after a timeout) are dropped.
+    pub(crate) fn answered(&self, response: RemotingCommand) {
+        if let Some(waiter) = self.lock_pending().remove(&response.opaque) {
+            let _ = waiter.send(response);
+        }
+    }
+
+    fn lock_pending(
+        &self,
+    ) -> std::sync::MutexGuard<'_, HashMap<i32, oneshot::Sender<RemotingCommand>>> {
+        self.inner.pending.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// A handle that closes the connection without keeping it open (the writer task holds
@@ -196,4 +278,74 @@ impl Closer {
 /// What a command is charged against the budget.
 fn charge(cmd: &RemotingCommand) -> usize {
     cmd.body.len() + HEADER_ALLOWANCE
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn connection() -> (Connection, mpsc::Receiver<Outgoing>) {
+        let (tx, rx) = mpsc::channel(4);
+        let peer = "127.0.0.1:1".parse().unwrap();
+        (Connection::new(1, (peer, peer), tx, 1 << 20), rx)
+    }
+
+    #[tokio::test]
+    async fn a_call_gets_the_answer_with_its_opaque() {
+        let (conn, mut rx) = connection();
+        let client = tokio::spawn(async move {
+            let sent = rx.recv().await.unwrap().command;
+            // An unrelated answer first: it must not be taken for the awaited one.
+            let mut other = RemotingCommand::response_to(&sent, 1);
+            other.opaque = sent.opaque + 100;
+            (sent, other, rx)
+        });
+        let waiting = {
+            let conn = conn.clone();
+            tokio::spawn(async move {
+                conn.call(
+                    RemotingCommand::request(307, Default::default()),
+                    Duration::from_secs(30),
+                )
+                .await
+            })
+        };
+        let (sent, other, _rx) = client.await.unwrap();
+        conn.answered(other);
+        conn.answered(RemotingCommand::response_to(&sent, 0).with_ext("k", "v"));
+        let answer = waiting.await.unwrap().unwrap();
+        assert_eq!(answer.opaque, sent.opaque);
+        assert_eq!(answer.get_str_opt("k"), Some("v"));
+        assert!(conn.lock_pending().is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_call_nobody_answers_times_out_and_leaves_nothing_behind() {
+        let (conn, _rx) = connection();
+        let outcome = conn
+            .call(
+                RemotingCommand::request(307, Default::default()),
+                Duration::from_millis(20),
+            )
+            .await;
+        assert_eq!(
+            outcome.unwrap_err(),
+            CallError::TimedOut(Duration::from_millis(20))
+        );
+        assert!(conn.lock_pending().is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_call_on_a_closed_connection_fails_at_once() {
+        let (conn, rx) = connection();
+        drop(rx);
+        let outcome = conn
+            .call(
+                RemotingCommand::request(307, Default::default()),
+                Duration::from_secs(30),
+            )
+            .await;
+        assert_eq!(outcome.unwrap_err(), CallError::Closed);
+    }
 }

@@ -177,7 +177,7 @@ async fn handle_connection<P: Processor>(
     tracker: TaskTracker,
     limits: ServeLimits,
 ) {
-    let Ok(peer) = stream.peer_addr() else {
+    let (Ok(peer), Ok(local)) = (stream.peer_addr(), stream.local_addr()) else {
         return;
     };
     let _ = stream.set_nodelay(true);
@@ -190,7 +190,7 @@ async fn handle_connection<P: Processor>(
     let (tx, mut rx) = mpsc::channel::<Outgoing>(WRITE_QUEUE);
     let conn = Connection::new(
         NEXT_CONNECTION_ID.fetch_add(1, Ordering::Relaxed),
-        peer,
+        (peer, local),
         tx,
         limits.response_budget_bytes,
     );
@@ -243,7 +243,8 @@ async fn handle_connection<P: Processor>(
             }
         };
         if request.is_response() {
-            // Answers to our oneway requests: nothing waits for them.
+            // An answer to a request the server sent this client.
+            conn.answered(request);
             continue;
         }
         let Ok(permit) = in_flight.clone().try_acquire_owned() else {
@@ -360,12 +361,15 @@ async fn respond<P: Processor>(processor: Arc<P>, conn: Connection, request: Rem
 
 /// Answer for a request code this server does not implement.
 pub(crate) fn not_supported(request: &RemotingCommand) -> RemotingCommand {
-    let name = request_code::name(request.code).unwrap_or("unknown");
-    error_response(
-        request,
-        response_code::REQUEST_CODE_NOT_SUPPORTED,
-        format!("request code {} ({name}) is not supported", request.code),
-    )
+    let what = match request_code::name(request.code) {
+        Some(name) => format!("request code {} ({name})", request.code),
+        None => format!("request code {}", request.code),
+    };
+    let remark = match crate::unsupported::alternative(request.code) {
+        Some(instead) => format!("{what} is not supported by Conveyor: {instead}"),
+        None => format!("{what} is not supported"),
+    };
+    error_response(request, response_code::REQUEST_CODE_NOT_SUPPORTED, remark)
 }
 
 #[cfg(test)]
