@@ -25,7 +25,8 @@ apache_free_port() {
 }
 
 # apache_broker_port TAKEN...: a broker port P, not among TAKEN, with P-2 (the fast/VIP channel) and P+1 (HA) free
-# too and not among TAKEN either.
+# too and not among TAKEN either. Below Linux's ephemeral range (ip_local_port_range, 32768 up by default): a broker
+# restarted on its port must not find it taken by some client connection's local end meanwhile.
 apache_broker_port() {
   python3 - "$@" <<'PY'
 import random, socket, sys
@@ -39,7 +40,7 @@ def free(p):
     finally:
         s.close()
 while True:
-    p = random.randint(20000, 60000)
+    p = random.randint(20000, 32000)
     if not {p - 2, p, p + 1} & taken and all(free(q) for q in (p - 2, p, p + 1)):
         print(p); break
 PY

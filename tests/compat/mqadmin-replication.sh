@@ -37,8 +37,18 @@ mkdir -p "$LOG_DIR"
 export COMPAT_LOG_DIR="$LOG_DIR"
 say() { echo "mqadmin-replication: $*" >&2; }
 cleanup() {
+  local f pids=()
   for f in "$WORK"/*.pid "$WORK"/apache/*.pid; do
-    [[ -f "$f" ]] && kill -9 "$(cat "$f")" 2>/dev/null
+    [[ -f "$f" ]] && pids+=("$(cat "$f")")
+  done
+  ((${#pids[@]})) && kill -9 "${pids[@]}" 2>/dev/null
+  # Gone before their directories are removed (a JVM still writing its store makes rm fail).
+  local alive
+  for _ in $(seq 100); do
+    alive=0
+    for f in "${pids[@]}"; do kill -0 "$f" 2>/dev/null && alive=1; done
+    ((alive)) || break
+    sleep 0.1
   done
   cp "$WORK"/*.log "$WORK"/apache/*.log "$LOG_DIR"/ 2>/dev/null
   rm -rf "$WORK"
@@ -243,7 +253,7 @@ check haStatus-master "^#MasterAddr	$M_ADDR\$" '^#SlaveNum	1$' '^#InSyncSlaveNum
 check haStatus-slave '^#CommitLogMaxOffset	[1-9][0-9]*$' '^#LastReadTime	' '^#MasterFlushOffset	[0-9]+$' -- \
   haStatus -b "$S_ADDR"
 check haStatus-cluster "^#MasterAddr	$M_ADDR\$" "^#MasterAddr	$B0\$" -- haStatus -c "$CLUSTER"
-check getBrokerEpoch '^#brokerName	broker-a$' "^#brokerId	$M_ID\$" "^#brokerId	$S_ID\$" \
+check getBrokerEpoch '^#brokerName	broker-a$' '^#brokerId	0$' "^#brokerId	$S_ID\$" \
   "^#Epoch: EpochEntry\\{epoch=$epoch, startOffset=[0-9]+, endOffset=[1-9][0-9]*\\}\$" -- getBrokerEpoch -b broker-a
 
 # A designated election of the slave: master in the next epoch; the old master follows it; sends go on.
