@@ -655,3 +655,56 @@ fn queue_entries_are_readable_and_cleaning_keeps_live_queues_whole() {
     );
     assert_eq!(store.queue_entry("Q", 1, 0), Some(first));
 }
+
+/// Issue 13: `cleanExpiredCQ` deletes the queue files whose records are gone from the
+/// CommitLog (here the oldest segments were removed while the store was down, as a crash
+/// between retention's two steps leaves them), and the queue keeps its end and later entries.
+#[test]
+fn cleaning_deletes_queue_files_left_behind_by_removed_segments() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = tiny_segments(dir.path());
+    cfg.consume_queue_entries_per_file = 16;
+    let store = open(cfg.clone());
+    for i in 0..300u64 {
+        store
+            .put_message(&message("Old", 0, &body_for(i, 1024), &i.to_string()))
+            .unwrap();
+    }
+    assert!(store.wait_dispatched(Duration::from_secs(10)));
+    drop(store);
+    let queue_files = |dir: &std::path::Path| {
+        std::fs::read_dir(dir.join("consumequeue").join("Old").join("0"))
+            .unwrap()
+            .count()
+    };
+    let files_before = queue_files(dir.path());
+    let mut segments: Vec<_> = std::fs::read_dir(dir.path().join("commitlog"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    segments.sort();
+    assert!(segments.len() >= 4, "{} segments", segments.len());
+    for s in &segments[..2] {
+        std::fs::remove_file(s).unwrap();
+    }
+
+    let store = open(cfg);
+    let log_min = store.commit_log_min_offset();
+    assert!(log_min > 0);
+    let deleted = store.clean_expired_queues().unwrap();
+    assert!(deleted > 0, "no queue file deleted");
+    assert_eq!(queue_files(dir.path()), files_before - deleted);
+    let min = store.min_offset("Old", 0);
+    assert!(min > 0);
+    assert_eq!(store.max_offset("Old", 0), 300, "the queue keeps its end");
+    let first = store
+        .queue_entry("Old", 0, min)
+        .expect("the first entry left");
+    assert!(first.physical_offset >= log_min);
+    assert!(store.queue_entry("Old", 0, min - 1).is_none());
+    assert_eq!(
+        store.clean_expired_queues().unwrap(),
+        0,
+        "nothing left to clean"
+    );
+}

@@ -362,8 +362,11 @@ impl AdminBrokerProcessor {
     }
 
     /// CLEAN_UNUSED_TOPIC (`cleanUnusedTopic`): deletes the ConsumeQueues of topics that are
-    /// no longer in the topic table (left by a deletion that did not finish, or by a table
-    /// restored from a backup). Retry, dead-letter and system topics stay.
+    /// no longer in the topic table. Retry, dead-letter and system topics stay. A start
+    /// restores the config of every stored queue (a table restored from a backup loses no
+    /// topic, tests/clean_topics.rs) and a deletion removes config and queues together, so
+    /// this finds only queues a deletion could not remove (a file error) or that a record
+    /// dispatched during the deletion created again.
     pub fn clean_unused_topics(&self, req: &RemotingCommand) -> Reply {
         let (table, _) = self.topics.snapshot();
         let mut unused: Vec<String> = self
