@@ -12,6 +12,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::broker::{Broker, BrokerConfig, BrokerError};
 use crate::health::{self, HealthState};
+use crate::namesrv::kv_config::KvConfig;
 use crate::namesrv::NameServer;
 use crate::remoting::{serve, ServeLimits};
 
@@ -75,6 +76,9 @@ pub enum StartError {
     /// The controller's state could not be read.
     #[error("controller state: {0}")]
     Controller(crate::controller::state_store::StateStoreError),
+    /// The name server's KV configuration could not be read.
+    #[error("name server KV configuration: {0}")]
+    NameServer(crate::broker::config_file::ConfigFileError),
 }
 
 /// A running process.
@@ -153,7 +157,9 @@ pub async fn start(mut cfg: AppConfig) -> Result<Running, StartError> {
             source,
         })?;
         running.namesrv_addr = Some(addr);
-        let ns = NameServer::new(addr.port());
+        // RocketMQ keeps it in ~/namesrv/kvConfig.json.
+        let kv = KvConfig::load(&cfg.store.root.join("namesrv")).map_err(StartError::NameServer)?;
+        let ns = NameServer::new(addr.port(), kv);
         tasks.spawn(ns.clone().run_expiry(shutdown.clone()));
         tasks.spawn(serve(listener, ns, shutdown.clone(), cfg.limits));
         tracing::info!(%addr, "name server listening");

@@ -296,3 +296,39 @@ async fn a_deleted_topic_stays_deleted_across_a_restart() {
         "the deleted topic is back after a restart: {r:?}"
     );
 }
+
+/// mqadmin `updateKvConfig` / `updateOrderConf` / `deleteKvConfig`: the name server's KV
+/// configuration survives its restart (RocketMQ's kvConfig.json), a deleted key stays deleted.
+#[tokio::test]
+async fn name_server_kv_configuration_survives_a_restart() {
+    use common::RawConn;
+    use conveyor_protocol::code::{request_code as rc, response_code as resp};
+    use conveyor_protocol::command::RemotingCommand;
+    let kv = |code, key: &str, value: Option<&str>| {
+        let mut r = RemotingCommand::request(code, Default::default())
+            .with_ext("namespace", "ORDER_TOPIC_CONFIG")
+            .with_ext("key", key);
+        if let Some(v) = value {
+            r = r.with_ext("value", v);
+        }
+        r
+    };
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let mut server = TestServer::start_in(tmp.path()).await;
+    let mut conn = RawConn::connect(&server.namesrv()).await;
+    for (key, value) in [("Orders", "broker-a:4"), ("Gone", "broker-a:2")] {
+        let r = conn.request(kv(rc::PUT_KV_CONFIG, key, Some(value))).await;
+        assert_eq!(r.code, resp::SUCCESS, "{:?}", r.remark);
+    }
+    let r = conn.request(kv(rc::DELETE_KV_CONFIG, "Gone", None)).await;
+    assert_eq!(r.code, resp::SUCCESS, "{:?}", r.remark);
+    drop(conn);
+
+    server.restart().await;
+    let mut conn = RawConn::connect(&server.namesrv()).await;
+    let r = conn.request(kv(rc::GET_KV_CONFIG, "Orders", None)).await;
+    assert_eq!(r.code, resp::SUCCESS, "{:?}", r.remark);
+    assert_eq!(r.get_str("value").ok(), Some("broker-a:4"));
+    let r = conn.request(kv(rc::GET_KV_CONFIG, "Gone", None)).await;
+    assert_eq!(r.code, resp::QUERY_NOT_FOUND, "{:?}", r.remark);
+}

@@ -3,9 +3,11 @@
 
 use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetSpec};
 use k8s_openapi::api::core::v1::{
-    Container, PodSpec, PodTemplateSpec, Service, ServicePort, ServiceSpec,
+    Container, EmptyDirVolumeSource, PodSpec, PodTemplateSpec, Service, ServicePort, ServiceSpec,
+    Volume, VolumeMount,
 };
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::ResourceExt;
@@ -15,8 +17,12 @@ use crate::crd::MessageQueueCluster;
 use super::common::{
     common_pod_spec, container_ports, container_security, field_env, hash, http_probe, labels,
     names, namespace, owner_reference, selector_labels, Component, CONFIG_HASH_ANNOTATION,
-    CONVEYOR_BIN, HTTP_PORT, NAMESRV_PORT,
+    CONVEYOR_BIN, DATA_DIR, HTTP_PORT, NAMESRV_PORT,
 };
+
+/// The name server's data volume: an emptyDir (its KV configuration, `kvConfig.json`, survives
+/// a container restart; a name server holds no other state, so no PersistentVolume), small.
+const NAMESRV_DATA_LIMIT: &str = "64Mi";
 
 fn meta(mqc: &MessageQueueCluster, name: String) -> ObjectMeta {
     ObjectMeta {
@@ -104,9 +110,16 @@ pub fn name_server_statefulset(mqc: &MessageQueueCluster) -> StatefulSet {
         format!("0.0.0.0:{NAMESRV_PORT}"),
         "--http-listen".into(),
         format!("0.0.0.0:{HTTP_PORT}"),
+        "--data-dir".into(),
+        DATA_DIR.into(),
     ];
     let container = Container {
         name: "namesrv".into(),
+        volume_mounts: Some(vec![VolumeMount {
+            name: "data".into(),
+            mount_path: DATA_DIR.into(),
+            ..Default::default()
+        }]),
         image: Some(spec.image.clone()),
         image_pull_policy: spec.image_pull_policy.map(|p| p.as_str().into()),
         command: Some(vec![CONVEYOR_BIN.into()]),
@@ -140,6 +153,14 @@ pub fn name_server_statefulset(mqc: &MessageQueueCluster) -> StatefulSet {
                 }),
                 spec: Some(PodSpec {
                     containers: vec![container],
+                    volumes: Some(vec![Volume {
+                        name: "data".into(),
+                        empty_dir: Some(EmptyDirVolumeSource {
+                            size_limit: Some(Quantity(NAMESRV_DATA_LIMIT.into())),
+                            ..Default::default()
+                        }),
+                        ..Default::default()
+                    }]),
                     termination_grace_period_seconds: Some(30),
                     ..common_pod_spec(spec, &selector_labels(mqc, Component::NameServer, None))
                 }),

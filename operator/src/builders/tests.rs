@@ -602,6 +602,18 @@ fn name_server_services_and_statefulset() {
     assert_eq!(sts.replicas, Some(3));
     assert_eq!(sts.service_name.as_deref(), Some("orders-namesrv-headless"));
     assert_eq!(name_server_addresses(&mqc).split(';').count(), 3);
+    // The KV configuration (kvConfig.json) is written under --data-dir, on a writable volume:
+    // the root file system is read-only.
+    let pod = sts.template.spec.unwrap();
+    let c = &pod.containers[0];
+    let args = c.args.clone().unwrap();
+    let at = args.iter().position(|a| a == "--data-dir").unwrap();
+    assert_eq!(args[at + 1], DATA_DIR);
+    let mount = &c.volume_mounts.as_ref().unwrap()[0];
+    assert_eq!(mount.mount_path, DATA_DIR);
+    let volume = &pod.volumes.unwrap()[0];
+    assert_eq!(volume.name, mount.name);
+    assert!(volume.empty_dir.is_some());
     let pdb = name_server_pdb(&mqc).spec.unwrap();
     assert_eq!(pdb.max_unavailable, Some(IntOrString::Int(1)));
 }

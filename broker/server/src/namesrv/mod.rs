@@ -2,10 +2,10 @@
 //! (docs/protocol.md §9). All state lives in [`route_info::RouteInfo`]; this module is
 //! the request handling and the expiry timer around it.
 
+pub mod kv_config;
 pub mod route_info;
 pub mod settings;
 
-use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -18,6 +18,7 @@ use conveyor_protocol::route::{
 use tokio_util::sync::CancellationToken;
 
 use crate::remoting::{error_response, Connection, Processor};
+use kv_config::KvConfig;
 use route_info::{Registration, RouteInfo};
 use settings::NamesrvSettings;
 
@@ -33,18 +34,19 @@ const ORDER_TOPIC_CONFIG: &str = "ORDER_TOPIC_CONFIG";
 pub struct NameServer {
     /// Brokers, clusters and topic routes.
     routes: Mutex<RouteInfo>,
-    /// RocketMQ's KV configuration: namespace → key → value.
-    kv: Mutex<HashMap<String, BTreeMap<String, String>>>,
+    /// RocketMQ's KV configuration, saved with every change.
+    kv: KvConfig,
     /// Settings changed at run time by UPDATE_NAMESRV_CONFIG.
     settings: Mutex<NamesrvSettings>,
 }
 
 impl NameServer {
-    /// A name server with an empty route table, listening on `listen_port`.
-    pub fn new(listen_port: u16) -> Arc<Self> {
+    /// A name server with an empty route table, listening on `listen_port`, with the KV
+    /// configuration `kv`.
+    pub fn new(listen_port: u16, kv: KvConfig) -> Arc<Self> {
         Arc::new(Self {
             routes: Mutex::default(),
-            kv: Mutex::default(),
+            kv,
             settings: Mutex::new(NamesrvSettings::new(listen_port)),
         })
     }
@@ -139,21 +141,12 @@ impl NameServer {
             .with_ext("haServerAddr", result.ha_server_addr.unwrap_or_default())
             .with_ext("masterAddr", result.master_addr.unwrap_or_default());
         if self.settings().return_order_topic_config_to_broker {
-            let order_conf = self.kv_namespace(ORDER_TOPIC_CONFIG);
+            let order_conf = self.kv.namespace(ORDER_TOPIC_CONFIG);
             response.body = json::to_vec(&KvTable { table: order_conf })
                 .map_err(|e| bad(&e))?
                 .into();
         }
         Ok(response)
-    }
-
-    fn kv_namespace(&self, ns: &str) -> BTreeMap<String, String> {
-        self.kv
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(ns)
-            .cloned()
-            .unwrap_or_default()
     }
 
     fn answer(
@@ -181,7 +174,7 @@ impl NameServer {
                     .as_mut()
                     .filter(|_| self.settings().order_message_enable)
                 {
-                    route.order_topic_conf = self.kv_namespace(ORDER_TOPIC_CONFIG).remove(topic);
+                    route.order_topic_conf = self.kv.namespace(ORDER_TOPIC_CONFIG).remove(topic);
                 }
                 match route {
                     // A client asking for its zone's route only (RocketMQ's ZoneRouteRPCHook).
@@ -237,17 +230,14 @@ impl NameServer {
                 let key = req.get_str("key").map_err(|e| bad(&e))?;
                 let value = req.get_str("value").map_err(|e| bad(&e))?;
                 self.kv
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .entry(ns.to_string())
-                    .or_default()
-                    .insert(key.to_string(), value.to_string());
+                    .put(ns, key, value)
+                    .map_err(|e| error_response(req, resp::SYSTEM_ERROR, e.to_string()))?;
                 Ok(ok())
             }
             rc::GET_KV_CONFIG => {
                 let ns = req.get_str("namespace").map_err(|e| bad(&e))?;
                 let key = req.get_str("key").map_err(|e| bad(&e))?;
-                match self.kv_namespace(ns).get(key) {
+                match self.kv.get(ns, key) {
                     Some(v) => Ok(ok().with_ext("value", v)),
                     None => Err(error_response(
                         req,
@@ -259,14 +249,9 @@ impl NameServer {
             rc::DELETE_KV_CONFIG => {
                 let ns = req.get_str("namespace").map_err(|e| bad(&e))?;
                 let key = req.get_str("key").map_err(|e| bad(&e))?;
-                if let Some(m) = self
-                    .kv
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .get_mut(ns)
-                {
-                    m.remove(key);
-                }
+                self.kv
+                    .delete(ns, key)
+                    .map_err(|e| error_response(req, resp::SYSTEM_ERROR, e.to_string()))?;
                 Ok(ok())
             }
             rc::GET_NAMESRV_CONFIG => Ok(ok().with_body(self.settings().to_properties())),
