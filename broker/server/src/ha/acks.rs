@@ -37,6 +37,8 @@ pub struct SlaveProgress {
     pub peer: Option<std::net::SocketAddr>,
     /// Where its current stream started.
     pub stream_from: u64,
+    /// Bytes streamed to it per second (`haStatus`).
+    pub flow: super::flow::FlowWindow,
 }
 
 impl SlaveProgress {
@@ -169,8 +171,18 @@ impl ReplicaAcks {
                 acked: from,
                 peer,
                 stream_from: from,
+                flow: Default::default(),
             },
         );
+    }
+
+    /// `bytes` of the log were streamed on `connection` during second `now_s`.
+    pub fn transferred(&self, broker_id: i64, connection: u64, bytes: u64, now_s: u64) {
+        if let Some(s) = self.lock().slaves.get_mut(&broker_id) {
+            if s.connection == Some(connection) {
+                s.flow.record(bytes, now_s);
+            }
+        }
     }
 
     /// `connection` closed; its slave no longer counts (unless it reconnected meanwhile).
@@ -291,6 +303,19 @@ fn watermark(slaves: &HashMap<i64, SlaveProgress>, required: &Requirement) -> u6
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn transfers_count_per_slave_connection_and_restart_with_a_new_one() {
+        let acks = ReplicaAcks::new(Requirement::Count(1), 1 << 20, 100);
+        acks.connected(1, 10, 0, None);
+        acks.transferred(1, 10, 4096, 7);
+        acks.transferred(1, 10, 1024, 7);
+        acks.transferred(1, 9, 1 << 20, 7); // an older connection of the slave
+        let flow = |acks: &ReplicaAcks| acks.slaves()[0].flow.per_second(8);
+        assert_eq!(flow(&acks), 5120);
+        acks.connected(1, 11, 5120, None);
+        assert_eq!(flow(&acks), 0, "a new stream counts afresh");
+    }
 
     #[test]
     fn a_send_is_released_only_when_enough_slaves_hold_it() {

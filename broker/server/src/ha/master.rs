@@ -146,7 +146,7 @@ async fn connection(
     let mut role = repl.role_changes();
     let term = *role.borrow_and_update();
     let result = tokio::select! {
-        r = send(repl, &mut wr, from) => r,
+        r = send(repl, &mut wr, from, broker_id, id) => r,
         r = receive_acks(repl, &mut rd, broker_id, id) => r,
         _ = role.wait_for(|r| *r != term) => Err(HaError::Refused("this broker's role changed".into())),
     };
@@ -154,9 +154,15 @@ async fn connection(
     result
 }
 
-/// Streams the log from `from`: whatever is there in batches (never past a segment end or
-/// into another term), and a heartbeat when idle.
-async fn send(repl: &Replication, wr: &mut OwnedWriteHalf, from: u64) -> Result<(), HaError> {
+/// Streams the log from `from` to slave `broker_id` on `connection`: whatever is there in
+/// batches (never past a segment end or into another term), and a heartbeat when idle.
+async fn send(
+    repl: &Replication,
+    wr: &mut OwnedWriteHalf,
+    from: u64,
+    broker_id: i64,
+    connection: u64,
+) -> Result<(), HaError> {
     let store = &repl.store;
     let config = &repl.config;
     let deadline = config.housekeeping_interval();
@@ -186,6 +192,8 @@ async fn send(repl: &Replication, wr: &mut OwnedWriteHalf, from: u64) -> Result<
                 write_parts(wr, &[&header, &data], deadline).await?;
             }
             next += len as u64;
+            repl.acks
+                .transferred(broker_id, connection, len as u64, super::flow::now_s());
             continue;
         }
         tokio::select! {

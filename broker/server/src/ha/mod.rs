@@ -16,6 +16,7 @@ pub mod acks;
 pub mod config;
 mod controlled;
 mod error;
+pub mod flow;
 pub mod frame;
 mod master;
 mod replication;

@@ -61,6 +61,8 @@ pub struct Replication {
     pub(super) last_read_ms: AtomicI64,
     /// As a slave: when it last wrote an acknowledgement to the master (ms, 0: never).
     pub(super) last_write_ms: AtomicI64,
+    /// As a slave: log bytes received per second (`haStatus`).
+    pub(super) received: std::sync::Mutex<super::flow::FlowWindow>,
     /// When this broker last stopped being master (see [`Replication::master_within`]).
     pub(super) deposed_at: std::sync::Mutex<Option<std::time::Instant>>,
     /// Writes hold it shared while this broker handles them; a master handing its group
@@ -111,6 +113,7 @@ impl Replication {
             following: AtomicBool::new(false),
             last_read_ms: AtomicI64::new(0),
             last_write_ms: AtomicI64::new(0),
+            received: Default::default(),
             writes: tokio::sync::RwLock::new(()),
             deposed_at: std::sync::Mutex::new(None),
             truncation_hooks: std::sync::Mutex::new(Vec::new()),

@@ -224,6 +224,10 @@ async fn receive(
                 data,
             } => {
                 repl.last_read_ms.store(now_ms(), Ordering::Relaxed);
+                repl.received
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .record(data.len() as u64, super::flow::now_s());
                 (offset, epoch, epoch_start, confirm, data)
             }
             Frame::Refuse { reason } => return Err(HaError::Refused(reason)),

@@ -94,6 +94,7 @@ impl Replication {
     pub fn runtime_info(&self) -> HaRuntimeInfo {
         let end = self.store.commit_log_max_offset() as i64;
         let master = self.is_master();
+        let now = super::flow::now_s();
         let connections: Vec<HaConnectionInfo> = if master {
             self.acks
                 .slaves()
@@ -106,7 +107,7 @@ impl Replication {
                     diff: end - s.acked as i64,
                     in_sync: s.connection.is_some()
                         && end - (s.acked as i64) <= self.config.max_gap_bytes as i64,
-                    transferred_byte_in_second: 0,
+                    transferred_byte_in_second: s.flow.per_second(now) as i64,
                     transfer_from_where: s.stream_from as i64,
                 })
                 .collect()
@@ -118,7 +119,11 @@ impl Replication {
         } else {
             HaClientInfo {
                 master_addr: self.master.borrow().clone(),
-                transferred_byte_in_second: 0,
+                transferred_byte_in_second: self
+                    .received
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .per_second(now) as i64,
                 max_offset: end,
                 last_read_timestamp: self.last_read_ms.load(Ordering::Relaxed),
                 last_write_timestamp: self.last_write_ms.load(Ordering::Relaxed),
