@@ -47,6 +47,8 @@ STOP_SECS=60
 BENCH_TIMEOUT=300
 
 say() { echo "compare: $*" >&2; }
+# shellcheck source=tests/compat/apache_lib.sh
+source "$ROOT/tests/compat/apache_lib.sh"
 
 for tool in java mvn python3 curl; do
   command -v "$tool" >/dev/null || { echo "compare.sh: $tool not found on PATH" >&2; exit 2; }
@@ -62,10 +64,10 @@ cleanup() {
   trap - EXIT INT TERM
   if [[ -n "$CUR_ST" ]]; then
     case "$CUR_KIND" in
-      conveyor) stop_proc "$CUR_ST" conveyor || true ;;
+      conveyor) stop_process "$CUR_ST" conveyor || true ;;
       apache)
-        stop_proc "$CUR_ST" broker || true
-        stop_proc "$CUR_ST" namesrv || true
+        stop_process "$CUR_ST" broker || true
+        stop_process "$CUR_ST" namesrv || true
         ;;
     esac
   fi
@@ -98,24 +100,6 @@ start_bg() {
     ((SECONDS < deadline)) || return 1
     sleep 0.05
   done
-}
-
-# stop_proc STATE NAME: SIGTERM, wait for the exit, SIGKILL after STOP_SECS.
-stop_proc() {
-  local st="$1" name="$2" pid
-  pid="$(cat "$st/$name.pid" 2>/dev/null || true)"
-  [[ -n "$pid" && ! -s "$st/$name.rc" ]] || return 0
-  kill -TERM "$pid" 2>/dev/null || true
-  local deadline=$((SECONDS + STOP_SECS))
-  while [[ ! -s "$st/$name.rc" ]] && ((SECONDS < deadline)); do sleep 0.1; done
-  if [[ ! -s "$st/$name.rc" ]]; then
-    say "$name (pid $pid) still running ${STOP_SECS}s after SIGTERM; killing it"
-    kill -KILL "$pid" 2>/dev/null || true
-    local d2=$((SECONDS + 10))
-    while [[ ! -s "$st/$name.rc" ]] && ((SECONDS < d2)); do sleep 0.1; done
-    return 1
-  fi
-  say "$name (pid $pid) exited with status $(cat "$st/$name.rc")"
 }
 
 # wait_until STATE NAME DESCRIPTION CMD...: polls CMD until it succeeds; fails when NAME exits or after READY_SECS.
@@ -287,7 +271,7 @@ conveyor_phase() {
   pid="$(cat "$st/conveyor.pid")"
   "phase_$mode" "$out" "127.0.0.1:$ns" "$pid"
   du -sm "$st/data" | cut -f1 >"$out/store-mb-$mode.txt"
-  stop_proc "$st" conveyor || true
+  stop_process "$st" conveyor || true
   cp "$st/conveyor.log" "$out/conveyor-$mode.log"
   CUR_KIND="" CUR_ST=""
   rm -rf "$st"
@@ -331,8 +315,8 @@ EOF
   "phase_$mode" "$out" "127.0.0.1:$ns" "$pid"
   mem_snapshot "$(cat "$st/namesrv.pid")" "$out/mem-namesrv-$mode.txt"
   du -sm "$st/store" | cut -f1 >"$out/store-mb-$mode.txt"
-  stop_proc "$st" broker || true
-  stop_proc "$st" namesrv || true
+  stop_process "$st" broker || true
+  stop_process "$st" namesrv || true
   cp "$st/broker.log" "$out/broker-$mode.log"
   cp "$st/namesrv.log" "$out/namesrv-$mode.log"
   mkdir -p "$out/rocketmqlogs-$mode"
@@ -351,8 +335,7 @@ fi
 [[ -x "$BIN" ]] || { echo "compare.sh: $BIN missing" >&2; exit 2; }
 if [[ "$ONLY" != conveyor && -z "$BASELINE_BIN" ]]; then
   say "resolving Apache RocketMQ 5.3.3 from Maven Central (cached in $CACHE/m2)"
-  mvn -B -q -ntp -f "$ROOT/tests/compat/apache/pom.xml" -Dmaven.repo.local="$CACHE/m2" dependency:build-classpath \
-    -Dmdep.outputFile="$TMP/classpath" 2>&1 | sed -e 's/\x1b\[[0-9;]*m//g' -e '/^$/d' >&2
+  apache_classpath "$TMP" || exit 2
   CLASSPATH="$(cat "$TMP/classpath")"
 fi
 

@@ -98,9 +98,10 @@ run_mode() { # flush mode
 CACHE="${CONVEYOR_CACHE:-$HOME/.cache/conveyor}"
 apache_cp() {
   [ -n "${APACHE_CP:-}" ] && return 0
-  mvn -B -q -ntp -f tests/compat/apache/pom.xml -Dmaven.repo.local="$CACHE/m2" dependency:build-classpath \
-    -Dmdep.outputFile="$ROOT/apache.classpath" >&2
-  APACHE_CP="$(cat "$ROOT/apache.classpath")"
+  # shellcheck source=tests/compat/apache_lib.sh
+  source tests/compat/apache_lib.sh
+  apache_classpath "$ROOT/apache" || exit 2
+  APACHE_CP="$(cat "$ROOT/apache/classpath")"
 }
 jvm() { # dir main-class args... (background; pid in $!)
   local d=$1; shift

@@ -83,7 +83,9 @@ wait_boot() {
   done
 }
 
-stop_jvm() {
+# stop_process STATE NAME: SIGTERM to a process started with its NAME.pid and NAME.rc in STATE (start_jvm, or
+# compare.sh's start_bg), waits for its exit, SIGKILL (then a wait) after STOP_SECS; fails when it had to kill.
+stop_process() {
   local st="$1" name="$2" pid
   pid="$(cat "$st/$name.pid" 2>/dev/null || true)"
   [[ -n "$pid" && ! -s "$st/$name.rc" ]] || return 0
@@ -93,6 +95,8 @@ stop_jvm() {
   if [[ ! -s "$st/$name.rc" ]]; then
     say "$name (pid $pid) still running ${STOP_SECS}s after SIGTERM; killing it"
     kill -KILL "$pid" 2>/dev/null || true
+    deadline=$((SECONDS + 10))
+    while [[ ! -s "$st/$name.rc" ]] && ((SECONDS < deadline)); do sleep 0.1; done
     return 1
   fi
   say "$name (pid $pid) exited with status $(cat "$st/$name.rc")"

@@ -29,7 +29,7 @@ source "$HERE/apache_lib.sh"
 
 if [[ "${1:-}" == "restart" ]]; then
   st="${2:?usage: $0 restart STATE_DIR}"
-  stop_jvm "$st" broker || exit 1
+  stop_process "$st" broker || exit 1
   boots=$(($(grep -c 'boot success' "$st/broker.log" || true) + 1))
   start_jvm "$st" broker org.apache.rocketmq.broker.BrokerStartup && wait_boot "$st" broker "$boots" || {
     tail -n 40 "$st/broker.log" >&2
@@ -74,8 +74,8 @@ EOF
 cleanup() {
   local rc=$?
   trap - EXIT INT TERM
-  stop_jvm "$ST" broker || true
-  stop_jvm "$ST" namesrv || true
+  stop_process "$ST" broker || true
+  stop_process "$ST" namesrv || true
   exit "$rc"
 }
 trap cleanup EXIT
