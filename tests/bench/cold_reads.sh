@@ -7,11 +7,12 @@
 #
 # One `conveyor standalone` (release build) on a fresh store on the real disk. 6 GiB of 4 KiB
 # messages go to a 32-queue topic; then twice, with the page cache warm and then cold (broker
-# restarted so that it maps nothing, `echo 3 > /proc/sys/vm/drop_caches`): 32 consumers drain the
+# restarted so that it maps nothing, `echo 3 > /proc/sys/vm/drop_caches`; the broker is restarted
+# before the warm phase too, so that only the page cache differs): 32 consumers drain the
 # topic from offset 0 while one producer with one send in flight measures its latency on another
 # topic. Not part of tests/all.sh (it measures; tests never assert times).
 #
-# Environment: COLD_BIN (default target/release/conveyor, built if missing), COLD_GIB (default 4),
+# Environment: COLD_BIN (default target/release/conveyor, built if missing), COLD_GIB (default 6),
 # COLD_DIR (default a temp dir under /var/tmp), COLD_ROUNDS (default 3). Each probe runs 3 s, while
 # the consumers still read.
 set -euo pipefail
@@ -62,7 +63,11 @@ median() { sort -g | awk '{v[NR]=$1} END {print (NR % 2) ? v[(NR+1)/2] : (v[NR/2
 # shared machine, so the medians over the rounds are compared.
 ROUNDS="${COLD_ROUNDS:-3}"
 for r in $(seq "$ROUNDS"); do
-  echo "== round $r warm: the data in memory"
+  # Both phases run on a broker just restarted (connections, routes and its own files fresh), so
+  # that only the page cache differs between them.
+  echo "== round $r warm: broker restarted, the data in memory"
+  stop
+  start
   "$BIN" bench consume --topic Cold --consumers 32 --batch 64 >/dev/null 2>&1 # touch it all once
   run "warm$r"
   echo "== round $r cold: broker restarted, page cache dropped"
