@@ -10,7 +10,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Mutex;
 
-use tokio::sync::oneshot;
+use tokio::sync::{oneshot, Notify};
 
 /// Why a synchronously replicated send is not SEND_OK.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -77,6 +77,10 @@ pub struct ReplicaAcks {
     max_gap: u64,
     /// Everything that changes.
     state: Mutex<AckState>,
+    /// Signalled when a slave's stream closes, so that the in-sync keeper drops it from the
+    /// in-sync set at once rather than on its next tick: until then every synchronous send
+    /// waits for a slave that is gone.
+    left: Notify,
 }
 
 #[derive(Debug, Default)]
@@ -100,7 +104,14 @@ impl ReplicaAcks {
                 confirmed,
                 ..AckState::default()
             }),
+            left: Notify::new(),
         }
+    }
+
+    /// Completes once a slave's stream closed since the last time it completed (a close
+    /// while nobody waits is remembered).
+    pub fn slave_left(&self) -> tokio::sync::futures::Notified<'_> {
+        self.left.notified()
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, AckState> {
@@ -187,11 +198,18 @@ impl ReplicaAcks {
 
     /// `connection` closed; its slave no longer counts (unless it reconnected meanwhile).
     pub fn disconnected(&self, broker_id: i64, connection: u64) {
-        let mut state = self.lock();
-        if let Some(s) = state.slaves.get_mut(&broker_id) {
-            if s.connection == Some(connection) {
-                s.connection = None;
+        let left = {
+            let mut state = self.lock();
+            match state.slaves.get_mut(&broker_id) {
+                Some(s) if s.connection == Some(connection) => {
+                    s.connection = None;
+                    true
+                }
+                _ => false,
             }
+        };
+        if left {
+            self.left.notify_one();
         }
     }
 
@@ -303,6 +321,19 @@ fn watermark(slaves: &HashMap<i64, SlaveProgress>, required: &Requirement) -> u6
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_closed_stream_wakes_the_keeper_once_even_if_nobody_waited() {
+        let acks = ReplicaAcks::new(Requirement::Count(1), 1 << 20, 0);
+        acks.connected(1, 10, 0, None);
+        acks.disconnected(1, 9); // an older connection: nothing left
+        acks.disconnected(1, 10);
+        let woke = tokio::time::timeout(std::time::Duration::from_secs(5), acks.slave_left());
+        assert!(woke.await.is_ok(), "the close was remembered");
+        let again =
+            tokio::time::timeout(std::time::Duration::from_millis(50), acks.slave_left()).await;
+        assert!(again.is_err(), "one close wakes once");
+    }
 
     #[test]
     fn transfers_count_per_slave_connection_and_restart_with_a_new_one() {

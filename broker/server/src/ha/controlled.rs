@@ -52,6 +52,9 @@ pub(super) async fn run(repl: Arc<Replication>, shutdown: CancellationToken) {
     loop {
         tokio::select! {
             _ = tick.tick() => {}
+            // A master whose slave's stream closed drops it from the in-sync set now (the
+            // keeper runs after this heartbeat), not up to a tick later.
+            _ = repl.acks.slave_left(), if repl.is_master() => {}
             _ = shutdown.cancelled() => return,
         }
         let addr = &addrs[which % addrs.len()];
