@@ -79,28 +79,7 @@ trap 'exit 130' INT
 trap 'exit 143' TERM
 
 # ---------------------------------------------------------------------------------------------------------------
-# Processes. start_bg STATE NAME CMD...: runs CMD in the background (output appended to STATE/NAME.log); a wrapper
-# records its pid in STATE/NAME.pid and its exit status in STATE/NAME.rc.
-start_bg() {
-  local st="$1" name="$2"
-  shift 2
-  rm -f "$st/$name.pid" "$st/$name.rc"
-  echo "=== start $(date '+%F %T'): $*" >>"$st/$name.log"
-  (
-    "$@" >>"$st/$name.log" 2>&1 </dev/null &
-    echo $! >"$st/$name.pid.tmp"
-    mv "$st/$name.pid.tmp" "$st/$name.pid"
-    rc=0
-    wait $! || rc=$?
-    echo "$rc" >"$st/$name.rc.tmp"
-    mv "$st/$name.rc.tmp" "$st/$name.rc"
-  ) >/dev/null 2>&1 </dev/null &
-  local deadline=$((SECONDS + 10))
-  while [[ ! -s "$st/$name.pid" ]]; do
-    ((SECONDS < deadline)) || return 1
-    sleep 0.05
-  done
-}
+# Processes: start_bg and stop_process come from tests/compat/apache_lib.sh.
 
 # wait_until STATE NAME DESCRIPTION CMD...: polls CMD until it succeeds; fails when NAME exits or after READY_SECS.
 wait_until() {

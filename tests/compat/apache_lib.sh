@@ -46,25 +46,36 @@ while True:
 PY
 }
 
-# start_jvm STATE NAME MAIN: starts an Apache RocketMQ process in the background (config STATE/NAME.conf, output
-# appended to STATE/NAME.log); a wrapper records its exit status in STATE/NAME.rc.
-start_jvm() {
-  local st="$1" name="$2" main="$3"
+# start_bg STATE NAME CMD...: runs CMD in the background (output appended to STATE/NAME.log); a wrapper records its
+# pid in STATE/NAME.pid and, once it ended, its exit status in STATE/NAME.rc (each written whole: a reader never
+# sees half a number).
+start_bg() {
+  local st="$1" name="$2"
+  shift 2
   rm -f "$st/$name.pid" "$st/$name.rc"
-  echo "=== start $(date '+%F %T')" >>"$st/$name.log"
+  echo "=== start $(date '+%F %T'): $*" >>"$st/$name.log"
   (
-    java -Xms256m -Xmx1g -Duser.home="$st/home" -Drocketmq.home.dir="$st/home" -cp "$(cat "$st/classpath")" \
-      "$main" -c "$st/$name.conf" >>"$st/$name.log" 2>&1 </dev/null &
-    echo $! >"$st/$name.pid"
+    "$@" >>"$st/$name.log" 2>&1 </dev/null &
+    echo $! >"$st/$name.pid.tmp"
+    mv "$st/$name.pid.tmp" "$st/$name.pid"
     rc=0
     wait $! || rc=$?
-    echo "$rc" >"$st/$name.rc"
+    echo "$rc" >"$st/$name.rc.tmp"
+    mv "$st/$name.rc.tmp" "$st/$name.rc"
   ) >/dev/null 2>&1 </dev/null &
   local deadline=$((SECONDS + 10))
   while [[ ! -s "$st/$name.pid" ]]; do
     ((SECONDS < deadline)) || return 1
     sleep 0.05
   done
+}
+
+# start_jvm STATE NAME MAIN: starts an Apache RocketMQ process (main class MAIN, configuration STATE/NAME.conf) with
+# start_bg.
+start_jvm() {
+  local st="$1" name="$2" main="$3"
+  start_bg "$st" "$name" java -Xms256m -Xmx1g -Duser.home="$st/home" -Drocketmq.home.dir="$st/home" \
+    -cp "$(cat "$st/classpath")" "$main" -c "$st/$name.conf"
 }
 
 # wait_boot STATE NAME COUNT: waits until NAME.log shows COUNT "boot success" lines.
