@@ -104,24 +104,10 @@ booted() { grep -q 'boot success' "$1"; }
 
 # Free loopback ports: NS, a broker port P with P-2 (Apache's fast channel) and P+1 (HA) free too, and HTTP.
 free_ports() {
-  python3 -c '
-import random, socket
-def free(p):
-    s = socket.socket()
-    try:
-        s.bind(("127.0.0.1", p)); return True
-    except OSError:
-        return False
-    finally:
-        s.close()
-def any_port():
-    s = socket.socket(); s.bind(("127.0.0.1", 0)); p = s.getsockname()[1]; s.close(); return p
-ns, http = any_port(), any_port()
-while True:
-    p = random.randint(20000, 60000)
-    if all(free(q) for q in (p - 2, p, p + 1)) and not {ns, http} & {p - 2, p - 1, p, p + 1}:
-        print(ns, p, http); break
-'
+  local ns http
+  ns="$(apache_free_port)"
+  http="$(apache_free_port)"
+  echo "$ns $(apache_broker_port "$ns" "$http") $http"
 }
 
 # mem_snapshot PID OUT: the process's memory lines from /proc/PID/status.
