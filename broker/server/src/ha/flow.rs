@@ -40,11 +40,14 @@ impl FlowWindow {
     }
 }
 
-/// The current second since the epoch.
+/// The current second since the epoch (the project's one clock, `now_ms`).
 pub fn now_s() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
+    second_of(conveyor_protocol::time::now_ms())
+}
+
+/// The second (since the epoch) of a time in ms since the epoch.
+pub fn second_of(ms: i64) -> u64 {
+    (ms / 1000).max(0) as u64
 }
 
 #[cfg(test)]

@@ -223,11 +223,12 @@ async fn receive(
                 confirm,
                 data,
             } => {
-                repl.last_read_ms.store(now_ms(), Ordering::Relaxed);
+                let now = now_ms();
+                repl.last_read_ms.store(now, Ordering::Relaxed);
                 repl.received
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
-                    .record(data.len() as u64, super::flow::now_s());
+                    .record(data.len() as u64, super::flow::second_of(now));
                 (offset, epoch, epoch_start, confirm, data)
             }
             Frame::Refuse { reason } => return Err(HaError::Refused(reason)),
