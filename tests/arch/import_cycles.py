@@ -102,8 +102,6 @@ def edges_of(mods, here, text):
     for m in PATH_RE.finditer(text):
         anchor = m.group(1)
         segs = [s for s in m.group(2).split("::") if s]
-        if anchor == "super":
-            segs = ["super"] + segs
         target = resolve(mods, here, anchor, segs)
         if target is not None:
             out.add(target)

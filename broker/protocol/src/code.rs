@@ -141,6 +141,8 @@ pub mod request_code {
     pub const RECALL_MESSAGE: i32 = 370;
     /// 5.x server-side rebalance.
     pub const QUERY_ASSIGNMENT: i32 = 400;
+    /// 5.x: set a group's consume mode on a topic (PULL or POP; mqadmin setConsumeMode).
+    pub const SET_MESSAGE_REQUEST_MODE: i32 = 401;
     /// Broker → controller (and name server) heartbeat: alive, with its epoch and log end.
     pub const BROKER_HEARTBEAT: i32 = 904;
     /// 5.x POP consumer: pop messages.
@@ -277,6 +279,7 @@ pub mod request_code {
             LITE_PULL_MESSAGE => "LITE_PULL_MESSAGE",
             RECALL_MESSAGE => "RECALL_MESSAGE",
             QUERY_ASSIGNMENT => "QUERY_ASSIGNMENT",
+            SET_MESSAGE_REQUEST_MODE => "SET_MESSAGE_REQUEST_MODE",
             BROKER_HEARTBEAT => "BROKER_HEARTBEAT",
             POP_MESSAGE => "POP_MESSAGE",
             ACK_MESSAGE => "ACK_MESSAGE",

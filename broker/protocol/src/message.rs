@@ -156,6 +156,16 @@ pub mod keys {
     /// 5.x dead-letter metadata: id of the message before it went to `%DLQ%<group>`; RocketMQ's
     /// DLQ_ORIGIN_MESSAGE_ID.
     pub const DLQ_ORIGIN_MESSAGE_ID: &str = "DLQ_ORIGIN_MESSAGE_ID";
+    /// 5.x Pop: the receipt handle of a popped message, added client-side from the POP
+    /// response header (a broker strips it from incoming sends); RocketMQ's POP_CK.
+    pub const POP_CK: &str = "POP_CK";
+    /// 5.x Pop: when a retried message was first popped (ms); RocketMQ's 1ST_POP_TIME.
+    pub const FIRST_POP_TIME: &str = "1ST_POP_TIME";
+    /// 5.x FIFO: the message group (sharding key) of a gRPC FIFO message; RocketMQ's
+    /// __SHARDINGKEY.
+    pub const SHARDING_KEY: &str = "__SHARDINGKEY";
+    /// 5.x gRPC: the trace context of a message; RocketMQ's TRACE_CONTEXT.
+    pub const TRACE_CONTEXT: &str = "TRACE_CONTEXT";
     /// Separator between several keys in the KEYS property.
     pub const KEY_SEPARATOR: char = ' ';
 }

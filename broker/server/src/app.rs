@@ -204,6 +204,7 @@ pub async fn start(mut cfg: AppConfig) -> Result<Running, StartError> {
         tasks.spawn(broker.clone().run_schedule(shutdown.clone()));
         tasks.spawn(broker.clone().run_timer(shutdown.clone()));
         tasks.spawn(broker.clone().run_transaction_checks(shutdown.clone()));
+        tasks.spawn(broker.clone().run_pop(shutdown.clone()));
         tasks.spawn(
             broker
                 .replication()

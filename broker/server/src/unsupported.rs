@@ -23,8 +23,6 @@ pub fn alternative(code: i32) -> Option<&'static str> {
             "static topics (mqadmin updateStaticTopic) are not supported: create a regular topic \
              and change its queue count with updateTopic or a MessageQueueTopic"
         }
-        // setConsumeMode / getConsumeMode (POP).
-        401 | 402 => "POP consumption (mqadmin setConsumeMode) is not supported: consume with push or pull consumers",
         // RocksDB ConsumeQueue tools.
         354 | 355 => "Conveyor's ConsumeQueues are files, not RocksDB: use queryCq to read one",
         // updateColdDataFlowCtrGroupConfig and its siblings.

@@ -35,8 +35,6 @@ pub const POD_INFO_DIR: &str = "/var/run/conveyor";
 /// from the node's label once the pod is scheduled, and the broker reads it through the
 /// downward API (a pod cannot read its node's labels itself).
 pub const ZONE_ANNOTATION: &str = "conveyor.dev/zone";
-/// The node label a pod's zone is read from when the cluster sets no rack topology key.
-pub const DEFAULT_ZONE_LABEL: &str = "topology.kubernetes.io/zone";
 /// Path of the `conveyor` binary in the image.
 pub const CONVEYOR_BIN: &str = "/usr/local/bin/conveyor";
 /// User id the containers run as (matches the image's user).

@@ -17,10 +17,9 @@ pub use nameserver::{
 pub use common::{
     hash, labels, names, namespace, owner_reference, scope, selector_labels, Component,
     ControllerTarget, OperatorEnv, BROKER_PORT, CONFIG_DIR, CONFIG_HASH_ANNOTATION, CONVEYOR_BIN,
-    DATA_DIR, DEFAULT_ZONE_LABEL, GROUP_LABEL, HTTP_PORT, NAMESRV_PORT, POD_INFO_DIR, RUN_AS_USER,
-    ZONE_ANNOTATION,
+    DATA_DIR, GROUP_LABEL, HTTP_PORT, NAMESRV_PORT, POD_INFO_DIR, RUN_AS_USER, ZONE_ANNOTATION,
 };
-pub use placement::{spread_affinity, zone_label, HOSTNAME_KEY};
+pub use placement::{spread_affinity, zone_label, DEFAULT_ZONE_LABEL, HOSTNAME_KEY};
 
 #[cfg(test)]
 pub(crate) mod tests;

@@ -16,6 +16,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
 use crate::crd::Placement;
 
+/// The node label a pod's zone is read from when the cluster sets no rack topology key.
+pub const DEFAULT_ZONE_LABEL: &str = "topology.kubernetes.io/zone";
+
 /// The node label every Kubernetes node carries with its name.
 pub const HOSTNAME_KEY: &str = "kubernetes.io/hostname";
 
@@ -25,9 +28,7 @@ pub fn zone_label(placement: &Placement) -> &str {
     placement
         .rack
         .as_ref()
-        .map_or(super::common::DEFAULT_ZONE_LABEL, |r| {
-            r.topology_key.as_str()
-        })
+        .map_or(DEFAULT_ZONE_LABEL, |r| r.topology_key.as_str())
 }
 
 /// `placement.topologySpreadConstraints` plus ours: the pods `peers` selects never share a

@@ -26,6 +26,7 @@
 //! [`locks`] (live), [`stats`], [`config`], [`config_file`], [`durability`], [`reply`].
 
 pub mod admin;
+pub mod assignment;
 pub mod auto_create;
 pub mod client_processor;
 pub mod clients;
@@ -42,8 +43,10 @@ pub mod offset_processor;
 pub mod offsets;
 pub mod parking;
 pub mod permission;
+pub mod pop;
 pub mod pull;
 pub mod query;
+pub mod reader;
 pub mod register;
 pub mod relay;
 pub mod reply;
@@ -134,6 +137,12 @@ pub struct Broker {
     schedule: Arc<ScheduleMessageService>,
     /// Timer-message delivery.
     timer: Arc<TimerMessageService>,
+    /// Pop consumption (remoting POP codes, and the gRPC endpoint through them).
+    pop: Arc<pop::PopService>,
+    /// POP_MESSAGE, ACK_MESSAGE, CHANGE_MESSAGE_INVISIBLETIME, PEEK_MESSAGE, NOTIFICATION.
+    pop_requests: pop::processor::PopMessageProcessor,
+    /// QUERY_ASSIGNMENT, SET_MESSAGE_REQUEST_MODE.
+    assignment: assignment::QueryAssignmentProcessor,
     /// END_TRANSACTION and check-backs.
     transactions: Arc<TransactionalMessageService>,
     /// The role and the replication stream.
@@ -342,13 +351,14 @@ impl Broker {
             parking,
             store_host,
         );
+        let reader = Arc::new(reader::QueueReader::new(store.clone(), stats.clone()));
         let pull = PullMessageProcessor::new(PullDeps {
             store: store.clone(),
             topics: topics.clone(),
             groups: groups.clone(),
             clients: clients.clone(),
             offsets: offsets.clone(),
-            hold,
+            hold: hold.clone(),
             stats: stats.clone(),
             stopping: stopping.clone(),
             replication: replication.clone(),
@@ -356,7 +366,36 @@ impl Broker {
                 config.slave_read_enable,
                 config.access_message_in_memory_max_ratio,
             ),
+            reader: reader.clone(),
         });
+        let pop = Arc::new(pop::PopService::new(
+            pop::PopDeps {
+                store: store.clone(),
+                durability: durability.clone(),
+                topics: topics.clone(),
+                offsets: offsets.clone(),
+                hold: hold.clone(),
+                reader: reader.clone(),
+                stats: stats.clone(),
+                registrar: registrar.clone(),
+            },
+            &config.cluster_name,
+            &config.broker_name,
+            store_host,
+        ));
+        let pop_requests = pop::processor::PopMessageProcessor::new(
+            pop.clone(),
+            topics.clone(),
+            groups.clone(),
+            stopping.clone(),
+        );
+        let assignment = assignment::QueryAssignmentProcessor::load(
+            &config_dir,
+            topics.clone(),
+            groups.clone(),
+            clients.clone(),
+            registrar.clone(),
+        )?;
         let offset_requests = OffsetProcessor::new(store.clone(), topics.clone(), offsets.clone());
         let query = QueryMessageProcessor::new(store.clone());
         let client_requests = ClientManageProcessor::new(
@@ -412,6 +451,9 @@ impl Broker {
             consume_admin,
             schedule,
             timer,
+            pop,
+            pop_requests,
+            assignment,
             transactions,
             relay: relay::WriteRelay::new(replication.clone()),
             permission,
@@ -538,6 +580,14 @@ impl Broker {
     pub async fn run_timer(self: Arc<Self>, shutdown: CancellationToken) {
         let timer = self.timer.clone();
         self.while_master(shutdown, move |stop| timer.clone().run(stop))
+            .await
+    }
+
+    /// Serves pops while master (replaying the revive log at the start of each term, then
+    /// reviving expired batches), until `shutdown`.
+    pub async fn run_pop(self: Arc<Self>, shutdown: CancellationToken) {
+        let (pop, groups) = (self.pop.clone(), self.groups.clone());
+        self.while_master(shutdown, move |stop| pop.clone().run(groups.clone(), stop))
             .await
     }
 
@@ -671,6 +721,13 @@ impl Broker {
             }
             rc::CONSUMER_SEND_MSG_BACK => self.send_back.handle(req).await,
             rc::PULL_MESSAGE | rc::LITE_PULL_MESSAGE => self.pull.handle(conn, req).await,
+            rc::POP_MESSAGE => self.pop_requests.pop(conn, req).await,
+            rc::ACK_MESSAGE => self.pop_requests.ack(req).await,
+            rc::CHANGE_MESSAGE_INVISIBLETIME => self.pop_requests.change_invisible(req).await,
+            rc::PEEK_MESSAGE => self.pop_requests.peek(conn, req).await,
+            rc::NOTIFICATION => self.pop_requests.notification(req).await,
+            rc::QUERY_ASSIGNMENT => self.assignment.query(req).await,
+            rc::SET_MESSAGE_REQUEST_MODE => self.assignment.set_mode(req),
             rc::HEART_BEAT => self.client_requests.heartbeat(conn, req).await,
             rc::UNREGISTER_CLIENT => self.client_requests.unregister_client(conn, req),
             rc::GET_CONSUMER_LIST_BY_GROUP => self.client_requests.consumer_list(req),

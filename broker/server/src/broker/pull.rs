@@ -13,7 +13,6 @@ use conveyor_protocol::command::RemotingCommand;
 use conveyor_protocol::header::PullMessageHeader;
 use conveyor_protocol::route::{normalize_zone, perm, EXPRESSION_TYPE_SQL92, MASTER_ID, ZONE_NAME};
 use conveyor_store::{GetResult, GetStatus, MessageStore, StoreError};
-use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
 use crate::ha::Replication;
@@ -24,6 +23,7 @@ use super::filter::TagFilter;
 use super::groups::{SubscriptionGroupConfig, SubscriptionGroupManager};
 use super::hold::PullHold;
 use super::offsets::ConsumerOffsetManager;
+use super::reader::QueueReader;
 use super::reply::{bad_header, error_response, ok, store_error_response, Reply};
 use super::stats::BrokerStats;
 use super::topics::TopicConfigManager;
@@ -164,6 +164,8 @@ pub struct PullDeps {
     pub replication: Arc<Replication>,
     /// Whether slaves serve pulls, and when consumers are sent to them.
     pub slave_reads: SlaveReads,
+    /// Reads the records (shared with Pop).
+    pub reader: Arc<QueueReader>,
 }
 
 /// PULL_MESSAGE and LITE_PULL_MESSAGE.
@@ -188,10 +190,8 @@ pub struct PullMessageProcessor {
     replication: Arc<Replication>,
     /// Whether slaves serve pulls, and when consumers are sent to them.
     slave_reads: SlaveReads,
-    /// Reads of records not in memory running at once (one per core): many consumers
-    /// catching up from the disk then queue here instead of taking every core with page
-    /// faults from the producers and the runtime.
-    cold_reads: Arc<Semaphore>,
+    /// Reads the records (off the runtime workers).
+    reader: Arc<QueueReader>,
 }
 
 impl PullMessageProcessor {
@@ -208,9 +208,7 @@ impl PullMessageProcessor {
             stopping: deps.stopping,
             replication: deps.replication,
             slave_reads: deps.slave_reads,
-            cold_reads: Arc::new(Semaphore::new(
-                std::thread::available_parallelism().map_or(1, |n| n.get()),
-            )),
+            reader: deps.reader,
         }
     }
 
@@ -321,6 +319,7 @@ impl PullMessageProcessor {
             tokio::pin!(arrived);
             arrived.as_mut().enable();
             let r = self
+                .reader
                 .read(topic, queue_id, offset, max_count, max_bytes, &filter)
                 .await
                 .map_err(|e| read_failed(req, topic, queue_id, offset, &e))?;
@@ -335,6 +334,7 @@ impl PullMessageProcessor {
                 }
                 // Timed out: one last look, then answer.
                 let r = self
+                    .reader
                     .read(topic, queue_id, offset, max_count, max_bytes, &filter)
                     .await
                     .map_err(|e| read_failed(req, topic, queue_id, offset, &e))?;
@@ -346,74 +346,6 @@ impl PullMessageProcessor {
             return Ok(self
                 .pull_response(conn, req, &h, &group_cfg, (code, next), &r)
                 .await);
-        }
-    }
-
-    /// Reads a pull's records ([`Self::read_records`]) and times the read.
-    async fn read(
-        &self,
-        topic: &str,
-        queue_id: i32,
-        offset: i64,
-        max_count: usize,
-        max_bytes: usize,
-        filter: &TagFilter,
-    ) -> Result<GetResult, StoreError> {
-        let started = Instant::now();
-        let r = self
-            .read_records(topic, queue_id, offset, max_count, max_bytes, filter)
-            .await;
-        self.stats.observe_read(started.elapsed());
-        r
-    }
-
-    /// Reads from the store, always on the blocking pool, never on a runtime worker: through
-    /// the mappings when the entries and records are in memory, with positional reads when
-    /// they are not (a block the disk cannot read must come back as an error for this pull,
-    /// not as a SIGBUS that ends the broker). "In memory" is mincore's word, and mincore also
-    /// counts pages the kernel's readahead has only started to read: a consumer catching up
-    /// from the disk finds the pages after its last read "resident" while they are still on
-    /// their way, and a read through the mapping then waits for the disk in a page fault.
-    /// Measured (tests/bench/cold_reads.sh, docs/benchmarks.md): runtime workers parked in
-    /// such faults for tens of milliseconds, and a producer served by that worker waited with
-    /// them. On the blocking pool such a wait holds up only this pull. Reads of data not in
-    /// memory also queue for one of `cold_reads`' permits (one per core).
-    async fn read_records(
-        &self,
-        topic: &str,
-        queue_id: i32,
-        offset: i64,
-        max_count: usize,
-        max_bytes: usize,
-        filter: &TagFilter,
-    ) -> Result<GetResult, StoreError> {
-        let resident = self
-            .store
-            .is_resident(topic, queue_id, offset, max_count, max_bytes);
-        let read_here = move |store: &MessageStore, topic: &str, filter: &TagFilter| {
-            if resident {
-                Ok(store.get_messages(topic, queue_id, offset, max_count, max_bytes, filter))
-            } else {
-                store.get_messages_cold(topic, queue_id, offset, max_count, max_bytes, filter)
-            }
-        };
-        let _permit = if resident {
-            None
-        } else {
-            match self.cold_reads.acquire().await {
-                Ok(permit) => Some(permit),
-                // Closed only as the broker stops: read here.
-                Err(_) => return read_here(&self.store, topic, filter),
-            }
-        };
-        let (store, owned_topic, owned_filter) =
-            (self.store.clone(), topic.to_string(), filter.clone());
-        let read =
-            tokio::task::spawn_blocking(move || read_here(&store, &owned_topic, &owned_filter));
-        match read.await {
-            Ok(r) => r,
-            // The blocking pool is gone (runtime shutting down): read here.
-            Err(_) => read_here(&self.store, topic, filter),
         }
     }
 

@@ -10,7 +10,9 @@ use std::time::Duration;
 use conveyor_protocol::code::{request_code as rc, response_code as resp};
 use conveyor_protocol::command::RemotingCommand;
 use conveyor_protocol::json;
-use conveyor_protocol::route::{RegisterBrokerBody, TopicConfigSerializeWrapper, ZONE_NAME};
+use conveyor_protocol::route::{
+    RegisterBrokerBody, TopicConfigSerializeWrapper, TopicRouteData, ZONE_NAME,
+};
 
 use super::config::BrokerConfig;
 use super::permission::BrokerPermission;
@@ -66,6 +68,28 @@ impl NameServerRegistrar {
             registered: AtomicBool::new(false),
             pending: AtomicBool::new(false),
         }
+    }
+
+    /// The route of `topic` as the name servers have it (the first that answers):
+    /// `Ok(None)` when they know no such topic. Pop load balancing and the gRPC endpoint's
+    /// routes span every broker group, which only the name servers know.
+    pub async fn topic_route(&self, topic: &str) -> Result<Option<TopicRouteData>, String> {
+        let mut last = String::from("no name server configured");
+        for link in &self.namesrvs {
+            let request = RemotingCommand::request(rc::GET_ROUTEINFO_BY_TOPIC, Default::default())
+                .with_ext("topic", topic);
+            match link.call(request, Duration::from_secs(3)).await {
+                Ok(r) if r.code == resp::SUCCESS => {
+                    return json::from_slice(&r.body)
+                        .map(Some)
+                        .map_err(|e| format!("route of {topic} from {}: {e}", link.addr()));
+                }
+                Ok(r) if r.code == resp::TOPIC_NOT_EXIST => return Ok(None),
+                Ok(r) => last = format!("{}: code {} {:?}", link.addr(), r.code, r.remark),
+                Err(e) => last = format!("{}: {e}", link.addr()),
+            }
+        }
+        Err(last)
     }
 
     /// True once a registration with some name server succeeded.

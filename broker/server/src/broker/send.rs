@@ -321,7 +321,7 @@ impl SendMessageProcessor {
             );
         }
         properties.insert(keys::CLUSTER, &self.cluster_name);
-        properties.remove("POP_CK");
+        properties.remove(keys::POP_CK);
         StoredMessage {
             topic: h.topic.clone(),
             queue_id: h.queue_id,

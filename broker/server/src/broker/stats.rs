@@ -24,7 +24,7 @@ pub enum MessageType {
 }
 
 /// The property RocketMQ 5 clients put on messages of a message group (FIFO).
-const SHARDING_KEY: &str = "__SHARDINGKEY";
+use conveyor_protocol::message::keys::SHARDING_KEY;
 
 impl MessageType {
     /// The type of a message with these properties, as sent (RocketMQ's

@@ -10,16 +10,6 @@ pub use connection::{CallError, Connection, ConnectionId};
 /// The tokio-util framing shared with the client (one adapter for both sides).
 pub use conveyor_remoting::{CodecError, RemotingCodec};
 pub use link::Link;
+pub use server::error_response;
 pub(crate) use server::not_supported;
 pub use server::{serve, Processor, ServeLimits};
-
-use conveyor_protocol::command::RemotingCommand;
-
-/// Builds an error response with a remark, the way RocketMQ answers bad requests.
-pub fn error_response(
-    request: &RemotingCommand,
-    code: i32,
-    remark: impl Into<String>,
-) -> RemotingCommand {
-    RemotingCommand::response_to(request, code).with_remark(remark)
-}

@@ -28,8 +28,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::connection::{Connection, Outgoing};
-use super::error_response;
-use super::RemotingCodec;
+use conveyor_remoting::RemotingCodec;
 
 /// Commands queued for writing per connection (their bytes are bounded by the budget).
 const WRITE_QUEUE: usize = 1024;
@@ -227,7 +226,7 @@ async fn handle_connection<P: Processor>(
         };
         let request = match frame {
             Ok(Some(Ok(cmd))) => cmd,
-            Ok(Some(Err(super::CodecError::Io(e)))) => {
+            Ok(Some(Err(conveyor_remoting::CodecError::Io(e)))) => {
                 // The peer went away (reset, broken pipe): routine when a client exits.
                 tracing::debug!(%peer, error = %e, "connection lost");
                 break;
@@ -314,7 +313,7 @@ async fn feed(
     match tokio::time::timeout(timeout, writer.feed(cmd)).await {
         Err(_) => Err(WriteFailed::TimedOut),
         Ok(Ok(())) => Ok(()),
-        Ok(Err(super::CodecError::Frame(e))) => {
+        Ok(Err(conveyor_remoting::CodecError::Frame(e))) => {
             tracing::warn!(opaque, code, error = %e, "a response could not be encoded; answering SYSTEM_ERROR");
             if !is_response {
                 return Ok(());
@@ -327,7 +326,7 @@ async fn feed(
             );
             within(timeout, writer.feed(answer)).await
         }
-        Ok(Err(super::CodecError::Io(_))) => Err(WriteFailed::Io),
+        Ok(Err(conveyor_remoting::CodecError::Io(_))) => Err(WriteFailed::Io),
     }
 }
 
@@ -370,6 +369,15 @@ pub(crate) fn not_supported(request: &RemotingCommand) -> RemotingCommand {
         None => format!("{what} is not supported"),
     };
     error_response(request, response_code::REQUEST_CODE_NOT_SUPPORTED, remark)
+}
+
+/// Builds an error response with a remark, the way RocketMQ answers bad requests.
+pub fn error_response(
+    request: &RemotingCommand,
+    code: i32,
+    remark: impl Into<String>,
+) -> RemotingCommand {
+    RemotingCommand::response_to(request, code).with_remark(remark)
 }
 
 #[cfg(test)]
