@@ -46,6 +46,8 @@ pub struct AppConfig {
     pub replication_listen: SocketAddr,
     /// HTTP probe/metrics listen address; `None` disables it.
     pub http_listen: Option<SocketAddr>,
+    /// gRPC endpoint listen address (Broker, Standalone); `None` disables it.
+    pub grpc_listen: Option<SocketAddr>,
     /// Broker settings. An empty `advertised_addr` means "derive from the listen address";
     /// in standalone mode empty `namesrv_addrs` means "the embedded name server".
     pub broker: BrokerConfig,
@@ -93,6 +95,8 @@ pub struct Running {
     pub replication_addr: Option<SocketAddr>,
     /// Where the HTTP probes listen, when enabled.
     pub http_addr: Option<SocketAddr>,
+    /// Where the gRPC endpoint listens, when this process runs a broker and it is enabled.
+    pub grpc_addr: Option<SocketAddr>,
     /// The broker, when this process runs one (tests look inside through its small API).
     pub broker: Option<Arc<Broker>>,
     /// Cancelled to stop every task.
@@ -126,6 +130,7 @@ pub async fn start(mut cfg: AppConfig) -> Result<Running, StartError> {
         broker_addr: None,
         replication_addr: None,
         http_addr: None,
+        grpc_addr: None,
         broker: None,
         shutdown: shutdown.clone(),
         tasks: JoinSet::new(),
@@ -215,6 +220,12 @@ pub async fn start(mut cfg: AppConfig) -> Result<Running, StartError> {
         running.replication_addr = Some(ha_addr);
         tasks.spawn(serve(listener, broker, shutdown.clone(), cfg.limits));
         tracing::info!(%addr, advertised = %cfg.broker.advertised_addr, "broker listening");
+        if let (Some(grpc), Some(broker)) = (cfg.grpc_listen, running.broker.clone()) {
+            let listener = bind(grpc).await?;
+            running.grpc_addr = listener.local_addr().ok();
+            tracing::info!(addr = ?running.grpc_addr, "gRPC endpoint listening");
+            tasks.spawn(crate::grpc::serve(listener, broker, shutdown.clone()));
+        }
     }
     if let Some(http) = cfg.http_listen {
         let listener = bind(http).await?;

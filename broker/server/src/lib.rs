@@ -18,6 +18,7 @@ pub mod app;
 pub mod broker;
 pub mod controller;
 pub mod exposition;
+pub mod grpc;
 pub mod ha;
 pub mod health;
 pub mod namesrv;

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use clap::{Args, ValueEnum};
 use conveyor_settings::{
-    BrokerRole, BrokerSection, FlushMode, HttpSection, NamesrvSection, ParseError,
+    BrokerRole, BrokerSection, FlushMode, GrpcSection, HttpSection, NamesrvSection, ParseError,
     ReplicationSection, Settings, StoreSection,
 };
 use conveyor_store::StoreConfig;
@@ -89,6 +89,10 @@ pub struct ServerArgs {
     /// HTTP probes and metrics (default 0.0.0.0:8080; `off` disables).
     #[arg(long, env = "CONVEYOR_HTTP_LISTEN")]
     pub http_listen: Option<String>,
+    /// The RocketMQ 5.x gRPC endpoint for the 5.x SDKs (default 0.0.0.0:8081; `off`
+    /// disables). Served by brokers (and `standalone`).
+    #[arg(long, env = "CONVEYOR_GRPC_LISTEN")]
+    pub grpc_listen: Option<String>,
     /// Address clients use to reach the broker (default: the listen address, 127.0.0.1 when
     /// listening on all interfaces).
     #[arg(long, env = "CONVEYOR_ADVERTISED_ADDR")]
@@ -230,6 +234,9 @@ impl ServerArgs {
             http: HttpSection {
                 listen: self.http_listen.clone(),
             },
+            grpc: GrpcSection {
+                listen: self.grpc_listen.clone(),
+            },
             replication: ReplicationSection {
                 listen: self.replication_listen,
                 master_address: self.master_address.clone(),
@@ -268,6 +275,7 @@ pub fn app_config(role: Role, settings: Settings) -> Result<AppConfig, SettingsE
         broker: b,
         store: s,
         http,
+        grpc,
         replication: r,
         controller: c,
     } = settings;
@@ -361,6 +369,10 @@ pub fn app_config(role: Role, settings: Settings) -> Result<AppConfig, SettingsE
         Some(s) => parse_http(s)?,
         None => Some(SocketAddr::from(([0, 0, 0, 0], 8080))),
     };
+    let grpc_listen = match grpc.listen.as_deref() {
+        Some(s) => parse_http(s)?,
+        None => Some(SocketAddr::from(([0, 0, 0, 0], crate::grpc::GRPC_PORT))),
+    };
     // A role's listen address comes from its own section; the other one keeps the default.
     let namesrv_listen = match role {
         Role::NameServer | Role::Standalone => namesrv.listen.unwrap_or(default_ns),
@@ -399,6 +411,7 @@ pub fn app_config(role: Role, settings: Settings) -> Result<AppConfig, SettingsE
         broker_listen,
         replication_listen,
         http_listen,
+        grpc_listen,
         broker,
         store,
         limits: ServeLimits::default(),

@@ -4,7 +4,10 @@ use std::fmt;
 
 use serde::de::DeserializeOwned;
 
-use crate::sections::{BrokerSection, HttpSection, NamesrvSection, StoreSection};
+use crate::sections::{
+    BrokerSection, ControllerSection, GrpcSection, HttpSection, NamesrvSection, ReplicationSection,
+    StoreSection,
+};
 use crate::SECTIONS;
 
 /// Why a settings file was refused. `Display` reads like
@@ -83,6 +86,9 @@ pub(crate) fn diagnose(text: &str, err: &toml::de::Error) -> ParseError {
             "broker" => check::<BrokerSection>(value),
             "store" => check::<StoreSection>(value),
             "http" => check::<HttpSection>(value),
+            "grpc" => check::<GrpcSection>(value),
+            "replication" => check::<ReplicationSection>(value),
+            "controller" => check::<ControllerSection>(value),
             _ => {
                 out.key = Some(name.clone());
                 out.message = format!(

@@ -1,7 +1,7 @@
 //! The typed model of Conveyor's TOML settings file (`conveyor … --config FILE`).
 //!
 //! One struct per section — [`NamesrvSection`] (`[namesrv]`), [`BrokerSection`] (`[broker]`),
-//! [`StoreSection`] (`[store]`), [`HttpSection`] (`[http]`), [`ReplicationSection`]
+//! [`StoreSection`] (`[store]`), [`HttpSection`] (`[http]`), [`GrpcSection`] (`[grpc]`), [`ReplicationSection`]
 //! (`[replication]`) — gathered in [`Settings`]. Every
 //! field is an `Option`: `None` means "not set at this layer", so the same types describe the
 //! file, the command line and the environment, and layers combine with one `or` per section
@@ -23,7 +23,8 @@ mod values;
 
 pub use error::ParseError;
 pub use sections::{
-    BrokerSection, ControllerSection, HttpSection, NamesrvSection, ReplicationSection, StoreSection,
+    BrokerSection, ControllerSection, GrpcSection, HttpSection, NamesrvSection, ReplicationSection,
+    StoreSection,
 };
 pub use values::{BrokerRole, FlushMode, SlaveAck};
 
@@ -45,6 +46,9 @@ pub struct Settings {
     /// `[http]`: probes and metrics.
     #[serde(skip_serializing_if = "HttpSection::is_empty")]
     pub http: HttpSection,
+    /// `[grpc]`: the RocketMQ 5.x gRPC endpoint.
+    #[serde(skip_serializing_if = "GrpcSection::is_empty")]
+    pub grpc: GrpcSection,
     /// `[replication]`: master/slave replication.
     #[serde(skip_serializing_if = "ReplicationSection::is_empty")]
     pub replication: ReplicationSection,
@@ -54,11 +58,12 @@ pub struct Settings {
 }
 
 /// Names of the sections, as written in the file.
-pub const SECTIONS: [&str; 6] = [
+pub const SECTIONS: [&str; 7] = [
     "namesrv",
     "broker",
     "store",
     "http",
+    "grpc",
     "replication",
     "controller",
 ];
@@ -72,6 +77,7 @@ impl Settings {
             broker: self.broker.or(lower.broker),
             store: self.store.or(lower.store),
             http: self.http.or(lower.http),
+            grpc: self.grpc.or(lower.grpc),
             replication: self.replication.or(lower.replication),
             controller: self.controller.or(lower.controller),
         }
@@ -83,6 +89,7 @@ impl Settings {
             && self.broker.is_empty()
             && self.store.is_empty()
             && self.http.is_empty()
+            && self.grpc.is_empty()
             && self.replication.is_empty()
             && self.controller.is_empty()
     }

@@ -284,6 +284,16 @@ section! {
 }
 
 section! {
+    /// `[grpc]`: the RocketMQ 5.x gRPC endpoint (`apache.rocketmq.v2.MessagingService`) that
+    /// the 5.x SDKs use, served by the broker (RocketMQ: the proxy in local mode).
+    pub struct GrpcSection {
+        /// `listen`: `"ip:port"` to listen on, or `"off"` (or `""`) to serve no gRPC (the
+        /// proxy's `grpcServerPort`). Flag `--grpc-listen`. Default `"0.0.0.0:8081"`.
+        pub listen: String,
+    }
+}
+
+section! {
     /// `[http]`: the HTTP server for `/healthz`, `/readyz` and `/metrics`.
     pub struct HttpSection {
         /// `listen`: `"ip:port"` to listen on, or `"off"` (or `""`) to disable the HTTP server

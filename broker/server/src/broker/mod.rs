@@ -497,6 +497,37 @@ impl Broker {
         &self.offsets
     }
 
+    /// The broker group's name.
+    pub fn broker_name(&self) -> &str {
+        self.pop.broker_name()
+    }
+
+    /// A topic's configuration on this broker.
+    pub fn topic_config(&self, topic: &str) -> Option<conveyor_protocol::route::TopicConfig> {
+        self.topics.get(topic)
+    }
+
+    /// A group's settings, the defaults for a group that does not exist yet but would be
+    /// created on first use; `None` when it does not exist and will not be.
+    pub fn group_config(&self, group: &str) -> Option<groups::SubscriptionGroupConfig> {
+        self.groups.get(group).or_else(|| {
+            self.groups
+                .auto_create()
+                .then(|| groups::SubscriptionGroupConfig {
+                    group_name: group.to_string(),
+                    ..Default::default()
+                })
+        })
+    }
+
+    /// The route of a topic over every broker group, from the name servers.
+    pub async fn topic_route(
+        &self,
+        topic: &str,
+    ) -> Result<Option<conveyor_protocol::route::TopicRouteData>, String> {
+        self.registrar.topic_route(topic).await
+    }
+
     /// The broker's advertised address.
     pub fn store_host(&self) -> SocketAddr {
         self.store_host

@@ -10,7 +10,7 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use conveyor_protocol::command::RemotingCommand;
@@ -19,6 +19,25 @@ use tokio_util::sync::CancellationToken;
 
 /// Process-unique connection id.
 pub type ConnectionId = u64;
+
+static NEXT_CONNECTION_ID: AtomicU64 = AtomicU64::new(1);
+
+/// A fresh connection id.
+pub(crate) fn next_id() -> ConnectionId {
+    NEXT_CONNECTION_ID.fetch_add(1, Ordering::Relaxed)
+}
+
+/// Commands the broker sends a client on an in-process connection ([`Connection::in_process`]):
+/// server-initiated requests such as CHECK_TRANSACTION_STATE, for the front end (the gRPC
+/// endpoint) to pass on in its own protocol.
+pub struct InProcessReceiver(mpsc::Receiver<Outgoing>);
+
+impl InProcessReceiver {
+    /// The next command, `None` once every handle of the connection is gone.
+    pub async fn recv(&mut self) -> Option<RemotingCommand> {
+        self.0.recv().await.map(|out| out.command)
+    }
+}
 
 /// Bytes a command is charged beyond its body (header, remark, extension fields).
 const HEADER_ALLOWANCE: usize = 1024;
@@ -102,6 +121,19 @@ impl Connection {
                 pending: Mutex::new(HashMap::new()),
             }),
         }
+    }
+
+    /// A connection that is no socket: a front end in this process (the gRPC endpoint) hands
+    /// requests to the broker on it for one of its clients, so the broker keeps that client's
+    /// registrations and sends it server-initiated requests as for any remoting client.
+    /// Responses are returned by the processor directly; what the broker sends on its own
+    /// arrives on the receiver.
+    pub fn in_process(peer: SocketAddr, local: SocketAddr) -> (Self, InProcessReceiver) {
+        let (tx, rx) = mpsc::channel(64);
+        (
+            Self::new(next_id(), (peer, local), tx, 16 << 20),
+            InProcessReceiver(rx),
+        )
     }
 
     /// The connection id.

@@ -6,7 +6,7 @@ mod connection;
 mod link;
 mod server;
 
-pub use connection::{CallError, Connection, ConnectionId};
+pub use connection::{CallError, Connection, ConnectionId, InProcessReceiver};
 /// The tokio-util framing shared with the client (one adapter for both sides).
 pub use conveyor_remoting::{CodecError, RemotingCodec};
 pub use link::Link;

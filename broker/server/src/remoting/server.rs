@@ -14,7 +14,7 @@
 
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
-use std::sync::atomic::{AtomicU64, Ordering};
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -89,8 +89,6 @@ pub trait Processor: Send + Sync + 'static {
         false
     }
 }
-
-static NEXT_CONNECTION_ID: AtomicU64 = AtomicU64::new(1);
 
 /// Serves `listener` until `shutdown` is cancelled, then waits (at most the drain timeout) for
 /// requests in flight to finish.
@@ -188,7 +186,7 @@ async fn handle_connection<P: Processor>(
     let mut writer = FramedWrite::new(write_half, codec);
     let (tx, mut rx) = mpsc::channel::<Outgoing>(WRITE_QUEUE);
     let conn = Connection::new(
-        NEXT_CONNECTION_ID.fetch_add(1, Ordering::Relaxed),
+        super::connection::next_id(),
         (peer, local),
         tx,
         limits.response_budget_bytes,

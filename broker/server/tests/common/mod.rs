@@ -50,6 +50,7 @@ pub fn config(dir: &Path) -> AppConfig {
         broker_listen: any,
         replication_listen: any,
         http_listen: Some(any),
+        grpc_listen: Some(any),
         broker: BrokerConfig {
             namesrv_addrs: vec![],
             advertised_addr: String::new(),
