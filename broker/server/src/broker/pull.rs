@@ -142,6 +142,46 @@ fn read_failed(
     store_error_response(req, e)
 }
 
+/// The checks every consumer request passes, pull or pop (RocketMQ's wording): the group
+/// exists (or is created) and may consume, the topic exists and is readable.
+pub fn admit_consumer(
+    req: &RemotingCommand,
+    groups: &SubscriptionGroupManager,
+    topics: &TopicConfigManager,
+    group: &str,
+    topic: &str,
+) -> Result<
+    (
+        SubscriptionGroupConfig,
+        conveyor_protocol::route::TopicConfig,
+    ),
+    RemotingCommand,
+> {
+    let group_cfg = groups.require(req, group)?;
+    if !group_cfg.consume_enable {
+        return Err(error_response(
+            req,
+            resp::NO_PERMISSION,
+            format!("subscription group no permission, {group}"),
+        ));
+    }
+    let topic_cfg = topics.get(topic).ok_or_else(|| {
+        error_response(
+            req,
+            resp::TOPIC_NOT_EXIST,
+            format!("topic[{topic}] not exist, apply first please!"),
+        )
+    })?;
+    if topic_cfg.perm & perm::READ == 0 {
+        return Err(error_response(
+            req,
+            resp::NO_PERMISSION,
+            format!("the topic[{topic}] pulling message is forbidden"),
+        ));
+    }
+    Ok((group_cfg, topic_cfg))
+}
+
 /// What a PullMessageProcessor needs from the rest of the broker.
 pub struct PullDeps {
     /// Where messages are read.
@@ -240,28 +280,7 @@ impl PullMessageProcessor {
             .filter(|b| *b > 0)
             .map_or(DEFAULT_PULL_BYTES, |b| (b as usize).min(MAX_PULL_BYTES));
 
-        let group_cfg = self.groups.require(req, group)?;
-        if !group_cfg.consume_enable {
-            return Err(error_response(
-                req,
-                resp::NO_PERMISSION,
-                format!("subscription group no permission, {group}"),
-            ));
-        }
-        let topic_cfg = self.topics.get(topic).ok_or_else(|| {
-            error_response(
-                req,
-                resp::TOPIC_NOT_EXIST,
-                format!("topic[{topic}] not exist, apply first please!"),
-            )
-        })?;
-        if topic_cfg.perm & perm::READ == 0 {
-            return Err(error_response(
-                req,
-                resp::NO_PERMISSION,
-                format!("the topic[{topic}] pulling message is forbidden"),
-            ));
-        }
+        let (group_cfg, topic_cfg) = admit_consumer(req, &self.groups, &self.topics, group, topic)?;
         if queue_id < 0 || queue_id >= topic_cfg.read_queue_nums.max(topic_cfg.write_queue_nums) {
             return Err(error_response(
                 req,

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use conveyor_protocol::code::{response_code as resp, version};
 use conveyor_protocol::command::RemotingCommand;
 use conveyor_protocol::header::consumer::ConsumerSendMsgBackRequestHeader;
-use conveyor_protocol::message::{keys, offset_msg_id, RecordView};
+use conveyor_protocol::message::{keys, offset_msg_id, RecordView, StoredMessage};
 use conveyor_protocol::time::now_ms;
 use conveyor_store::MessageStore;
 use rand::Rng;
@@ -21,6 +21,32 @@ use super::parking::ParkingRules;
 use super::register::NameServerRegistrar;
 use super::reply::{bad_header, error_response, ok, store_error_response, Reply};
 use super::topics::{self, TopicConfigManager};
+
+/// Marks `msg`, about to be copied for redelivery (a retry topic) or into the dead-letter
+/// queue (`to_dlq`), the way RocketMQ marks it: the topic it was first sent to
+/// (`RETRY_TOPIC`, kept from an earlier retry) and the id of its first delivery
+/// (`ORIGIN_MESSAGE_ID`, `origin`: the caller knows which id counts) travel with it; a copy for the
+/// dead-letter queue also names them as its DLQ origin. Any delay level is cleared (the caller
+/// sets the next one). Used by the remoting send-back and by Pop's revive.
+pub fn mark_redelivery(
+    msg: &mut StoredMessage,
+    original_topic: &str,
+    origin: String,
+    to_dlq: bool,
+) {
+    if msg.properties.get(keys::RETRY_TOPIC).is_none() {
+        msg.properties
+            .insert(keys::RETRY_TOPIC, original_topic.to_string());
+    }
+    msg.properties
+        .insert(keys::ORIGIN_MESSAGE_ID, origin.clone());
+    msg.properties.remove(keys::DELAY_TIME_LEVEL);
+    if to_dlq {
+        msg.properties
+            .insert(keys::DLQ_ORIGIN_TOPIC, original_topic.to_string());
+        msg.properties.insert(keys::DLQ_ORIGIN_MESSAGE_ID, origin);
+    }
+}
 
 /// CONSUMER_SEND_MSG_BACK.
 pub struct SendMsgBackProcessor {
@@ -99,11 +125,10 @@ impl SendMsgBackProcessor {
             _ => group_cfg.retry_max_times,
         };
         let to_dlq = msg.reconsume_times >= max || delay_level < 0;
-        let original_topic = msg.topic.clone();
-        if msg.properties.get(keys::RETRY_TOPIC).is_none() {
-            msg.properties
-                .insert(keys::RETRY_TOPIC, original_topic.clone());
-        }
+        let original_topic = msg
+            .properties
+            .get(keys::RETRY_TOPIC)
+            .map_or_else(|| msg.topic.clone(), str::to_string);
         let origin = origin_msg_id
             .map(str::to_string)
             .or_else(|| {
@@ -112,18 +137,8 @@ impl SendMsgBackProcessor {
                     .map(str::to_string)
             })
             .unwrap_or_else(|| offset_msg_id(msg.store_host, msg.physical_offset));
-        msg.properties
-            .insert(keys::ORIGIN_MESSAGE_ID, origin.clone());
+        mark_redelivery(&mut msg, &original_topic, origin, to_dlq);
         let (topic, queues) = if to_dlq {
-            msg.properties.remove(keys::DELAY_TIME_LEVEL);
-            msg.properties.insert(
-                keys::DLQ_ORIGIN_TOPIC,
-                msg.properties
-                    .get(keys::RETRY_TOPIC)
-                    .unwrap_or(&original_topic)
-                    .to_string(),
-            );
-            msg.properties.insert(keys::DLQ_ORIGIN_MESSAGE_ID, origin);
             (topics::dlq_topic(group), 1)
         } else {
             let level = if delay_level > 0 {

@@ -27,6 +27,7 @@ use conveyor_grpc_api::v2::{
 };
 use conveyor_protocol::code::{request_code as rc, response_code as resp};
 use conveyor_protocol::command::RemotingCommand;
+use conveyor_protocol::header::SendMessageHeader;
 use conveyor_protocol::message::{decode_records, keys, parse_offset_msg_id, tag_hash_code};
 use conveyor_protocol::route::{
     ConsumeFromWhere, ConsumeType, ConsumerData, HeartbeatData, MessageModel, ProducerData,
@@ -218,14 +219,8 @@ impl MessagingEndpoint {
         ))
     }
 
-    /// The group's order flag and max delivery attempts (retryMaxTimes + 1).
     fn group_settings(&self, group: &str) -> (bool, i32) {
-        self.upstream
-            .broker()
-            .group_config(group)
-            .map_or((false, 17), |g| {
-                (g.consume_message_orderly, g.retry_max_times + 1)
-            })
+        group_settings(self.upstream.broker(), group)
     }
 
     /// Registers the session's groups with the broker (HEART_BEAT), as its settings say.
@@ -341,19 +336,23 @@ impl MessagingEndpoint {
                 Err(st) => return entry(st),
             };
         let properties = String::from_utf8_lossy(&out.properties.encode()).into_owned();
-        let request = RemotingCommand::request(rc::SEND_MESSAGE, Default::default())
-            .with_ext("producerGroup", topic.as_str())
-            .with_ext("topic", topic.as_str())
-            .with_ext("defaultTopic", DEFAULT_TOPIC)
-            .with_ext("defaultTopicQueueNums", 4)
-            .with_ext("queueId", queue_id)
-            .with_ext("sysFlag", out.sys_flag)
-            .with_ext("bornTimestamp", out.born_timestamp)
-            .with_ext("flag", 0)
-            .with_ext("properties", properties)
-            .with_ext("reconsumeTimes", 0)
-            .with_ext("unitMode", false)
-            .with_ext("batch", false)
+        let header = SendMessageHeader {
+            producer_group: topic.clone(),
+            topic: topic.clone(),
+            default_topic: DEFAULT_TOPIC.to_string(),
+            default_topic_queue_nums: 4,
+            queue_id,
+            sys_flag: out.sys_flag,
+            born_timestamp: out.born_timestamp,
+            flag: 0,
+            properties,
+            reconsume_times: 0,
+            unit_mode: false,
+            max_reconsume_times: None,
+            batch: false,
+            broker_name: None,
+        };
+        let request = RemotingCommand::request(rc::SEND_MESSAGE_V2, header.to_ext_fields())
             .with_body(m.body.clone());
         let r = match self
             .upstream
@@ -886,16 +885,16 @@ impl MessagingService for MessagingEndpoint {
         let (tx, rx) = mpsc::channel(64);
         session.set_telemetry(tx.clone());
         let mut inbound = request.into_inner();
-        let me = MessagingEndpointRef {
-            upstream_broker: self.upstream.broker().clone(),
-        };
+        let broker = self.upstream.broker().clone();
         tokio::spawn(async move {
             while let Ok(Some(cmd)) = inbound.message().await {
                 session.touch();
                 match cmd.command {
                     Some(telemetry_command::Command::Settings(s)) => {
                         let (orderly, attempts) = match &s.pub_sub {
-                            Some(PubSub::Subscription(sub)) => me.group_settings(name(&sub.group)),
+                            Some(PubSub::Subscription(sub)) => {
+                                group_settings(&broker, name(&sub.group))
+                            }
                             _ => (false, 17),
                         };
                         let answer = convert::answer_settings(&s, orderly, attempts);
@@ -1013,19 +1012,12 @@ impl MessagingService for MessagingEndpoint {
     }
 }
 
-/// What the Telemetry reader task needs of the endpoint.
-struct MessagingEndpointRef {
-    upstream_broker: Arc<Broker>,
-}
-
-impl MessagingEndpointRef {
-    fn group_settings(&self, group: &str) -> (bool, i32) {
-        self.upstream_broker
-            .group_config(group)
-            .map_or((false, 17), |g| {
-                (g.consume_message_orderly, g.retry_max_times + 1)
-            })
-    }
+/// A group's order flag and max delivery attempts (retryMaxTimes + 1), RocketMQ's defaults
+/// for a group that does not exist.
+fn group_settings(broker: &Broker, group: &str) -> (bool, i32) {
+    broker.group_config(group).map_or((false, 17), |g| {
+        (g.consume_message_orderly, g.retry_max_times + 1)
+    })
 }
 
 /// The gRPC messages of a POP answer, each with its receipt handle (built from the answer's

@@ -47,6 +47,7 @@ use super::hold::PullHold;
 use super::offsets::ConsumerOffsetManager;
 use super::reader::QueueReader;
 use super::register::NameServerRegistrar;
+use super::retry;
 use super::stats::BrokerStats;
 use super::topics::{self, TopicConfigManager};
 use handle::ReceiptHandle;
@@ -213,7 +214,7 @@ pub struct PopService {
     /// would read the same offsets, so the second skips it (RocketMQ's queue lock).
     busy: Mutex<HashSet<(String, String, i32)>>,
     /// Woken when an orderly queue is released or a retry copy is due, for held pops.
-    released: Notify,
+    released: Arc<Notify>,
     /// Woken when a checkpoint with an earlier revive time arrives.
     revive_wake: Notify,
     /// Where the next pop of "any queue" starts (spreads consumers over the queues).
@@ -240,7 +241,7 @@ impl PopService {
             state: Mutex::new(InFlight::default()),
             serving: AtomicBool::new(false),
             busy: Mutex::new(HashSet::new()),
-            released: Notify::new(),
+            released: Arc::new(Notify::new()),
             revive_wake: Notify::new(),
             cursor: AtomicUsize::new(0),
         }
@@ -283,33 +284,34 @@ impl PopService {
             if in_flight >= MAX_IN_FLIGHT {
                 return Err(PopError::Full(in_flight));
             }
-            // Registered before reading, so an arrival between the read and the wait wakes us.
             let queues = self.queues_to_read(req);
-            let notifiers: Vec<Arc<Notify>> = queues
-                .iter()
-                .map(|(t, q, _)| self.hold.notifier(t, *q))
-                .collect();
-            let mut waits: Vec<_> = notifiers
-                .iter()
-                .map(|n| Box::pin(n.notified()))
-                .chain(std::iter::once(Box::pin(self.released.notified())))
-                .collect();
-            for w in &mut waits {
-                w.as_mut().enable();
-            }
+            let arrival = self.arrival(&queues, true);
             let batch = self.pop_once(req, &queues).await?;
             if !batch.messages.is_empty() || Instant::now() >= deadline {
                 return Ok(batch);
             }
-            let woken = tokio::select! {
-                r = tokio::time::timeout_at(deadline.into(), futures_util::future::select_all(waits)) => r.is_ok(),
-                _ = stopping.cancelled() => false,
-            };
-            if !woken {
+            if !arrival.wait(deadline, stopping).await {
                 // Timed out (or stopping): one last look.
                 return self.pop_once(req, &queues).await;
             }
         }
+    }
+
+    /// A wait for the next message on `queues` (and, with `released`, for an orderly queue
+    /// being released), registered now: made before a read, it also sees what arrives
+    /// between the read and the wait.
+    fn arrival(&self, queues: &[(String, i32, bool)], released: bool) -> Arrival {
+        let mut waits: Vec<_> = queues
+            .iter()
+            .map(|(t, q, _)| Box::pin(self.hold.notifier(t, *q).notified_owned()))
+            .collect();
+        if released {
+            waits.push(Box::pin(self.released.clone().notified_owned()));
+        }
+        for w in &mut waits {
+            w.as_mut().enable();
+        }
+        Arrival(waits)
     }
 
     /// The queues a pop reads, in order: (topic, queue, from the retry topic).
@@ -623,14 +625,7 @@ impl PopService {
         let deadline = Instant::now() + poll.min(MAX_POLL);
         loop {
             let queues = self.queues_to_read(&req);
-            let notifiers: Vec<Arc<Notify>> = queues
-                .iter()
-                .map(|(t, q, _)| self.hold.notifier(t, *q))
-                .collect();
-            let mut waits: Vec<_> = notifiers.iter().map(|n| Box::pin(n.notified())).collect();
-            for w in &mut waits {
-                w.as_mut().enable();
-            }
+            let arrival = self.arrival(&queues, false);
             let has = queues.iter().any(|(t, q, _)| {
                 let next = self
                     .offsets
@@ -638,14 +633,10 @@ impl PopService {
                     .unwrap_or_else(|| self.store.min_offset(t, *q));
                 self.store.max_offset(t, *q) > next
             });
-            if has || Instant::now() >= deadline || waits.is_empty() {
+            if has || Instant::now() >= deadline || queues.is_empty() {
                 return has;
             }
-            let woken = tokio::select! {
-                r = tokio::time::timeout_at(deadline.into(), futures_util::future::select_all(waits)) => r.is_ok(),
-                _ = stopping.cancelled() => false,
-            };
-            if !woken {
+            if !arrival.wait(deadline, stopping).await {
                 return false;
             }
         }
@@ -788,8 +779,11 @@ impl PopService {
             })
             .collect();
         let (placed, _) = self.store.append(&messages)?;
-        let last = placed.last().expect("one placement per record");
-        Ok((last.queue_offset, last.physical_offset + last.size as u64))
+        Ok(placed
+            .last()
+            .map_or((0, self.store.commit_log_max_offset()), |p| {
+                (p.queue_offset, p.physical_offset + p.size as u64)
+            }))
     }
 
     fn system_message(&self, topic: &str, queue_id: i32, tag: &str, body: Bytes) -> StoredMessage {
@@ -980,25 +974,52 @@ impl PopService {
         let Some(record) = self.store.message_at(entry.physical_offset) else {
             return Ok(None);
         };
-        let Ok(mut msg) = RecordView::parse(&record).and_then(|v| v.to_message()) else {
+        let to_dlq = RecordView::parse(&record).is_ok_and(|v| v.reconsume_times() >= max_reconsume);
+        self.append_copy(&key.group, &record, to_dlq, key.pop_time)
+    }
+
+    /// Moves a record straight to the group's DLQ (an orderly message out of attempts).
+    async fn move_to_dlq(&self, group: &str, record: &[u8]) -> Result<(), PopError> {
+        if let Some(end) = self.append_copy(group, record, true, now_ms())? {
+            self.durability
+                .wait(end)
+                .await
+                .map_err(PopError::NotDurable)?;
+        }
+        Ok(())
+    }
+
+    /// Appends a copy of `record` for `group`: into its pop retry topic, or (`to_dlq`) its
+    /// dead-letter queue, with one reconsume time more; returns the log's end after the copy,
+    /// `None` when the record is unreadable.
+    fn append_copy(
+        &self,
+        group: &str,
+        record: &[u8],
+        to_dlq: bool,
+        first_pop_time: i64,
+    ) -> Result<Option<u64>, PopError> {
+        let Ok(mut msg) = RecordView::parse(record).and_then(|v| v.to_message()) else {
             return Ok(None);
         };
-        let group = key.group.as_str();
         let original = msg
             .properties
             .get(keys::RETRY_TOPIC)
             .map(str::to_string)
             .unwrap_or_else(|| msg.topic.clone());
-        let to_dlq = msg.reconsume_times >= max_reconsume;
         let destination = if to_dlq {
             topics::dlq_topic(group)
         } else {
             pop_retry_topic(group, &original)
         };
-        mark_redelivery(&mut msg, &original, to_dlq);
+        let origin = msg
+            .properties
+            .get(keys::ORIGIN_MESSAGE_ID)
+            .map_or_else(|| msg.msg_id(), str::to_string);
+        retry::mark_redelivery(&mut msg, &original, origin, to_dlq);
         if msg.properties.get(keys::FIRST_POP_TIME).is_none() {
             msg.properties
-                .insert(keys::FIRST_POP_TIME, key.pop_time.to_string());
+                .insert(keys::FIRST_POP_TIME, first_pop_time.to_string());
         }
         let (_, created) = self.topics.ensure(&destination, 1);
         if created {
@@ -1013,64 +1034,26 @@ impl PopService {
             tracing::info!(
                 group,
                 topic = original,
-                offset,
                 "popped message moved to the dead-letter queue"
             );
         }
         Ok(placed.last().map(|p| p.physical_offset + p.size as u64))
     }
-
-    /// Moves a record straight to the group's DLQ (an orderly message out of attempts).
-    async fn move_to_dlq(&self, group: &str, record: &[u8]) -> Result<(), PopError> {
-        let Ok(mut msg) = RecordView::parse(record).and_then(|v| v.to_message()) else {
-            return Ok(());
-        };
-        let original = msg
-            .properties
-            .get(keys::RETRY_TOPIC)
-            .map(str::to_string)
-            .unwrap_or_else(|| msg.topic.clone());
-        mark_redelivery(&mut msg, &original, true);
-        let destination = topics::dlq_topic(group);
-        let (_, created) = self.topics.ensure(&destination, 1);
-        if created {
-            self.registrar.register_soon();
-        }
-        msg.topic = destination;
-        msg.queue_id = 0;
-        msg.store_host = self.store_host;
-        let (placed, _) = self.store.append(std::slice::from_ref(&msg))?;
-        if let Some(p) = placed.last() {
-            self.durability
-                .wait(p.physical_offset + p.size as u64)
-                .await
-                .map_err(PopError::NotDurable)?;
-        }
-        Ok(())
-    }
 }
 
-/// Marks a copy of `msg` for redelivery (retry) or the dead-letter queue, as the remoting
-/// send-back does: the original topic and message id travel with it.
-pub fn mark_redelivery(msg: &mut StoredMessage, original_topic: &str, to_dlq: bool) {
-    if msg.properties.get(keys::RETRY_TOPIC).is_none() {
-        msg.properties
-            .insert(keys::RETRY_TOPIC, original_topic.to_string());
-    }
-    let origin = msg
-        .properties
-        .get(keys::ORIGIN_MESSAGE_ID)
-        .map(str::to_string)
-        .unwrap_or_else(|| msg.msg_id());
-    if msg.properties.get(keys::ORIGIN_MESSAGE_ID).is_none() {
-        msg.properties
-            .insert(keys::ORIGIN_MESSAGE_ID, origin.clone());
-    }
-    msg.properties.remove(keys::DELAY_TIME_LEVEL);
-    if to_dlq {
-        msg.properties
-            .insert(keys::DLQ_ORIGIN_TOPIC, original_topic.to_string());
-        msg.properties.insert(keys::DLQ_ORIGIN_MESSAGE_ID, origin);
+/// What [`PopService::arrival`] registered.
+struct Arrival(Vec<std::pin::Pin<Box<tokio::sync::futures::OwnedNotified>>>);
+
+impl Arrival {
+    /// True when woken before `deadline` (false also when `stopping`).
+    async fn wait(self, deadline: Instant, stopping: &CancellationToken) -> bool {
+        if self.0.is_empty() {
+            return false;
+        }
+        tokio::select! {
+            r = tokio::time::timeout_at(deadline.into(), futures_util::future::select_all(self.0)) => r.is_ok(),
+            _ = stopping.cancelled() => false,
+        }
     }
 }
 

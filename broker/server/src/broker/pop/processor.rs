@@ -12,12 +12,13 @@ use bytes::BytesMut;
 use conveyor_protocol::code::response_code as resp;
 use conveyor_protocol::command::RemotingCommand;
 use conveyor_protocol::message::{encode_message, keys, RecordView};
-use conveyor_protocol::route::{perm, EXPRESSION_TYPE_SQL92};
+use conveyor_protocol::route::EXPRESSION_TYPE_SQL92;
 use conveyor_protocol::time::now_ms;
 use tokio_util::sync::CancellationToken;
 
 use super::super::filter::TagFilter;
 use super::super::groups::{SubscriptionGroupConfig, SubscriptionGroupManager};
+use super::super::pull;
 use super::super::reply::{bad_header, error_response, ok, Reply};
 use super::super::topics::TopicConfigManager;
 use super::handle::{ReceiptHandle, NORMAL_TOPIC, RETRY_TOPIC};
@@ -68,28 +69,8 @@ impl PopMessageProcessor {
         topic: &str,
         queue_id: i32,
     ) -> Result<(SubscriptionGroupConfig, i32), RemotingCommand> {
-        let group_cfg = self.groups.require(req, group)?;
-        if !group_cfg.consume_enable {
-            return Err(error_response(
-                req,
-                resp::NO_PERMISSION,
-                format!("subscription group no permission, {group}"),
-            ));
-        }
-        let topic_cfg = self.topics.get(topic).ok_or_else(|| {
-            error_response(
-                req,
-                resp::TOPIC_NOT_EXIST,
-                format!("topic[{topic}] not exist, apply first please!"),
-            )
-        })?;
-        if topic_cfg.perm & perm::READ == 0 {
-            return Err(error_response(
-                req,
-                resp::NO_PERMISSION,
-                format!("the topic[{topic}] peeking message is forbidden"),
-            ));
-        }
+        let (group_cfg, topic_cfg) =
+            pull::admit_consumer(req, &self.groups, &self.topics, group, topic)?;
         if queue_id >= topic_cfg.read_queue_nums {
             return Err(error_response(
                 req,
