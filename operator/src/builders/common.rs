@@ -21,6 +21,8 @@ pub const BROKER_PORT: i32 = 10911;
 pub const NAMESRV_PORT: i32 = 9876;
 /// Probes and metrics port.
 pub const HTTP_PORT: i32 = 8080;
+/// Broker port of the RocketMQ 5.x gRPC endpoint (the Java proxy's default `grpcServerPort`).
+pub const GRPC_PORT: i32 = 8081;
 /// Pod-template annotation holding the hash of the rendered configuration.
 pub const CONFIG_HASH_ANNOTATION: &str = "conveyor.dev/config-hash";
 /// Label carrying a broker group's index.
@@ -175,12 +177,16 @@ pub(super) fn common_pod_spec(
 }
 
 /// The ports a Conveyor container exposes: remoting (`port`), HTTP probes/metrics, and for a
-/// broker the replication stream (`port` + 1, RocketMQ's HA port).
+/// broker the replication stream (`port` + 1, RocketMQ's HA port) and the gRPC endpoint.
 pub(super) fn container_ports(port: i32) -> Vec<ContainerPort> {
-    let replication = (port == BROKER_PORT).then_some(("replication", port + 1));
+    let broker_only = if port == BROKER_PORT {
+        vec![("replication", port + 1), ("grpc", GRPC_PORT)]
+    } else {
+        Vec::new()
+    };
     [("remoting", port), ("http", HTTP_PORT)]
         .into_iter()
-        .chain(replication)
+        .chain(broker_only)
         .map(|(name, container_port)| ContainerPort {
             name: Some(name.into()),
             container_port,

@@ -6,14 +6,15 @@
 use std::net::SocketAddr;
 
 use conveyor_settings::{
-    BrokerSection, HttpSection, NamesrvSection, ReplicationSection, Settings, StoreSection,
+    BrokerSection, GrpcSection, HttpSection, NamesrvSection, ReplicationSection, Settings,
+    StoreSection,
 };
 
 use crate::crd::{FlushMode, MessageQueueCluster, ReplicationMode};
 
 use super::common::OperatorEnv;
 
-use super::common::{names, namespace, BROKER_PORT, DATA_DIR, HTTP_PORT};
+use super::common::{names, namespace, BROKER_PORT, DATA_DIR, GRPC_PORT, HTTP_PORT};
 use super::nameserver::name_server_addresses;
 
 /// Role of a broker pod, from its ordinal (RocketMQ's `brokerRole`).
@@ -207,6 +208,9 @@ pub fn broker_settings(
         },
         http: HttpSection {
             listen: Some(format!("0.0.0.0:{HTTP_PORT}")),
+        },
+        grpc: GrpcSection {
+            listen: Some(format!("0.0.0.0:{GRPC_PORT}")),
         },
         // Classic roles: a SYNC_MASTER waits for every replica of its group; slaves learn the
         // master's replication address from the name server. Failover: the operator's

@@ -689,6 +689,9 @@ flush-mode = "async"
 
 [http]
 listen = "0.0.0.0:8080"
+
+[grpc]
+listen = "0.0.0.0:8081"
 "#
     );
 }
