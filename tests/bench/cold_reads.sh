@@ -28,7 +28,7 @@ export CONVEYOR_NAMESRV_ADDR=$NS
 
 start() {
   "$BIN" standalone --data-dir "$DIR/data" --namesrv-listen $NS --listen 127.0.0.1:30911 \
-    --http-listen 127.0.0.1:28080 >>"$LOG" 2>&1 &
+    --http-listen 127.0.0.1:28080 --grpc-listen 127.0.0.1:0 >>"$LOG" 2>&1 &
   PID=$!
   for _ in $(seq 600); do
     curl -fs http://127.0.0.1:28080/readyz >/dev/null 2>&1 && return 0

@@ -225,7 +225,7 @@ conveyor_phase() {
   mkdir -p "$st/data"
   CUR_KIND=conveyor CUR_ST="$st"
   local args=(standalone --data-dir "$st/data" --namesrv-listen "127.0.0.1:$ns" --listen "127.0.0.1:$broker"
-    --http-listen "127.0.0.1:$http")
+    --http-listen "127.0.0.1:$http" --grpc-listen 127.0.0.1:0)
   [[ "$mode" == sync ]] && args+=(--flush-mode sync)
   echo "conveyor ${args[*]}" | sed "s|$st|<fresh temp dir>|g" >"$out/server-$mode.txt"
   say "conveyor ($mode flush): ns 127.0.0.1:$ns, broker 127.0.0.1:$broker"

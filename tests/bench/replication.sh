@@ -62,7 +62,7 @@ run_mode() { # flush mode
   printf '[store]\nflush-mode = "%s"\n' "$flush" >"$dir/conveyor.toml"
   # 1. A lone master.
   "$BIN" standalone --config "$dir/conveyor.toml" --data-dir "$dir/alone" --namesrv-listen 127.0.0.1:29876 \
-    --listen 127.0.0.1:30911 --replication-listen 127.0.0.1:30912 --http-listen 127.0.0.1:28080 \
+    --listen 127.0.0.1:30911 --replication-listen 127.0.0.1:30912 --http-listen 127.0.0.1:28080 --grpc-listen 127.0.0.1:0 \
     --broker-role ASYNC_MASTER >"$dir/alone.log" 2>&1 &
   PIDS+=($!); local alone=$!
   wait_ready 28080
@@ -70,12 +70,12 @@ run_mode() { # flush mode
   kill "$alone"; wait "$alone" 2>/dev/null || true
   # 2. A SYNC_MASTER and its slave.
   "$BIN" standalone --config "$dir/conveyor.toml" --data-dir "$dir/master" --namesrv-listen 127.0.0.1:29876 \
-    --listen 127.0.0.1:30911 --replication-listen 127.0.0.1:30912 --http-listen 127.0.0.1:28080 \
+    --listen 127.0.0.1:30911 --replication-listen 127.0.0.1:30912 --http-listen 127.0.0.1:28080 --grpc-listen 127.0.0.1:0 \
     --broker-role SYNC_MASTER >"$dir/master.log" 2>&1 &
   PIDS+=($!); local master=$!
   wait_ready 28080
   "$BIN" broker --config "$dir/conveyor.toml" --data-dir "$dir/slave" --namesrv-addr 127.0.0.1:29876 \
-    --listen 127.0.0.1:31911 --replication-listen 127.0.0.1:31912 --http-listen 127.0.0.1:28081 \
+    --listen 127.0.0.1:31911 --replication-listen 127.0.0.1:31912 --http-listen 127.0.0.1:28081 --grpc-listen 127.0.0.1:0 \
     --broker-role SLAVE --broker-id 1 >"$dir/slave.log" 2>&1 &
   PIDS+=($!); local slave=$!
   wait_ready 28081
@@ -86,7 +86,7 @@ run_mode() { # flush mode
   local target; target=$(log_end 28080)
   local started; started=$(date +%s.%N)
   "$BIN" broker --config "$dir/conveyor.toml" --data-dir "$dir/slave" --namesrv-addr 127.0.0.1:29876 \
-    --listen 127.0.0.1:31911 --replication-listen 127.0.0.1:31912 --http-listen 127.0.0.1:28081 \
+    --listen 127.0.0.1:31911 --replication-listen 127.0.0.1:31912 --http-listen 127.0.0.1:28081 --grpc-listen 127.0.0.1:0 \
     --broker-role SLAVE --broker-id 1 >>"$dir/slave.log" 2>&1 &
   PIDS+=($!); slave=$!
   catch_up "$flush" "$target" "$started" "includes the slave's start" log_end 28081

@@ -98,7 +98,7 @@ start_broker() { # id
   local id=$1
   ("$BIN" broker --config "$WORK/broker.toml" --data-dir "$WORK/b$id" --namesrv-addr "$NAMESRV" \
     --controller-addr "$CONTROLLER" --broker-id "$id" --zone "zone-$id" --listen "127.0.0.1:${PORT[b$id]}" \
-    --replication-listen "127.0.0.1:${PORT[b${id}_ha]}" --http-listen "127.0.0.1:${PORT[b${id}_http]}" \
+    --replication-listen "127.0.0.1:${PORT[b${id}_ha]}" --http-listen "127.0.0.1:${PORT[b${id}_http]}" --grpc-listen 127.0.0.1:0 \
     >>"$WORK/b$id.log" 2>&1 &
   echo $! >"$WORK/b$id.pid")
   wait_http "${PORT[b${id}_http]}" "b$id"

@@ -107,7 +107,7 @@ start_broker() { # group id
   [[ $g == a ]] && extra=(--controller-addr "$CONTROLLER")
   start "$g$id" broker --config "$WORK/broker-$g.toml" --data-dir "$WORK/$g$id" --namesrv-addr "$NAMESRV_ADDR" \
     --broker-id "$id" --listen "127.0.0.1:${PORT[$g$id]}" --replication-listen "127.0.0.1:${PORT[$g${id}_ha]}" \
-    --http-listen "127.0.0.1:${PORT[$g${id}_http]}" "${extra[@]}"
+    --http-listen "127.0.0.1:${PORT[$g${id}_http]}" --grpc-listen 127.0.0.1:0 "${extra[@]}"
   wait_http "${PORT[$g${id}_http]}" "$g$id"
 }
 

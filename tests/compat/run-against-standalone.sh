@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds `conveyor`, starts `conveyor standalone` on free loopback ports with a fresh data directory and short
 # delay levels, and runs the real-client compatibility suite (run.sh) against it, restarting the broker between
-# the phases of scenario (f). tests/all.sh calls this when it is executable.
+# the phases of scenario (f), then the 5.x gRPC SDK checks (grpc.sh) against its gRPC endpoint. tests/all.sh calls this when it is executable.
 #
 #   tests/compat/run-against-standalone.sh
 #
@@ -14,6 +14,7 @@
 #   COMPAT_READY_SECS      how long to wait for /readyz after a (re)start (default 60)
 #   COMPAT_STOP_SECS       how long SIGTERM may take before the broker counts as hung (default 30)
 #   COMPAT_CLIENTS, COMPAT_TIMEOUT_SECS, COMPAT_TEST_TIMEOUT: passed on to run.sh
+#   COMPAT_GRPC            "off" skips grpc.sh (default: it runs)
 #   COMPAT_LOG_DIR         where client logs and the broker log go (default ~/.cache/conveyor/compat/logs/<time>)
 #
 # Exit status: run.sh's (0 when every check passed); 2 when the broker could not be built or started.
@@ -32,15 +33,15 @@ DELAY_LEVELS="1s 2s 3s 4s 5s 6s 7s 8s 9s 10s 11s 12s 13s 14s 15s 16s 17s 18s"
 say() { echo "standalone: $*" >&2; }
 
 # --- broker control; the state directory holds everything needed to stop and restart the broker ---------------
-#   bin, data (path of the store directory), log, ports (NS BROKER HTTP), pid (the conveyor process), rc (its exit status, once it exited),
+#   bin, data (path of the store directory), log, ports (NS BROKER HTTP GRPC), pid (the conveyor process), rc (its exit status, once it exited),
 #   starts (how many times it was started)
 
 # start_broker STATE: starts conveyor in the background. A wrapper subshell waits for it and records its exit
 # status in STATE/rc, so that whoever stops it (this script, or a later `restart` invocation that is not its
 # parent) can check that it exited 0.
 start_broker() {
-  local st="$1" ns broker http
-  read -r ns broker http <"$st/ports"
+  local st="$1" ns broker http grpc
+  read -r ns broker http grpc <"$st/ports"
   rm -f "$st/pid" "$st/rc"
   local n
   n=$(($(cat "$st/starts" 2>/dev/null || echo 0) + 1))
@@ -62,7 +63,7 @@ start_broker() {
   (
     "$(cat "$st/bin")" standalone --data-dir "$(cat "$st/data")" \
       --namesrv-listen "127.0.0.1:$ns" --listen "127.0.0.1:$broker" --http-listen "127.0.0.1:$http" \
-      --delay-levels "$DELAY_LEVELS" "${extra[@]}" >>"$st/log" 2>&1 </dev/null &
+      --grpc-listen "127.0.0.1:$grpc" --delay-levels "$DELAY_LEVELS" "${extra[@]}" >>"$st/log" 2>&1 </dev/null &
     echo $! >"$st/pid.tmp"
     mv "$st/pid.tmp" "$st/pid"
     rc=0
@@ -80,8 +81,8 @@ start_broker() {
 
 # wait_ready STATE: polls /readyz until it answers 200; fails when the process exits or the deadline passes.
 wait_ready() {
-  local st="$1" ns broker http
-  read -r ns broker http <"$st/ports"
+  local st="$1" ns broker http grpc
+  read -r ns broker http grpc <"$st/ports"
   local start=$SECONDS deadline=$((SECONDS + READY_SECS))
   while ! curl -sf -m 2 -o /dev/null "http://127.0.0.1:$http/readyz"; do
     if [[ -s "$st/rc" ]]; then
@@ -202,13 +203,13 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-# Three distinct free loopback ports (held open together so that they differ). A port taken by someone else
+# Four distinct free loopback ports, name server, broker, HTTP and gRPC (held open together so that they differ). A port taken by someone else
 # between this check and the broker's bind makes the start fail; that is retried with new ports.
 pick_ports() {
   python3 -c '
 import socket
 socks = []
-for _ in range(3):
+for _ in range(4):
     s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     s.bind(("127.0.0.1", 0))
     socks.append(s)
@@ -221,9 +222,9 @@ for s in socks:
 started=0
 for attempt in 1 2 3; do
   pick_ports >"$ST/ports"
-  read -r NS_PORT BROKER_PORT HTTP_PORT <"$ST/ports"
+  read -r NS_PORT BROKER_PORT HTTP_PORT GRPC_PORT <"$ST/ports"
   say "starting $BIN standalone (name server 127.0.0.1:$NS_PORT, broker 127.0.0.1:$BROKER_PORT," \
-    "http 127.0.0.1:$HTTP_PORT, data $(cat "$ST/data"), log $LOG_DIR/broker.log)"
+    "http 127.0.0.1:$HTTP_PORT, grpc 127.0.0.1:$GRPC_PORT, data $(cat "$ST/data"), log $LOG_DIR/broker.log)"
   if start_broker "$ST" && wait_ready "$ST"; then
     started=1
     break
@@ -248,6 +249,12 @@ export COMPAT_DELAY_LEVELS="$DELAY_LEVELS"
 
 rc=0
 "$HERE/run.sh" || rc=$?
+
+# The 5.x gRPC SDK checks (grpc.sh) against the same broker, unless COMPAT_GRPC=off.
+if [[ "${COMPAT_GRPC:-on}" != off ]]; then
+  say "gRPC SDK checks against 127.0.0.1:$GRPC_PORT"
+  GRPC_ENDPOINT="127.0.0.1:$GRPC_PORT" GRPC_LOG_DIR="$LOG_DIR/grpc" "$HERE/grpc.sh" || rc=$?
+fi
 
 # The broker must still be alive and must stop cleanly at the end, too.
 if [[ -s "$ST/rc" ]]; then

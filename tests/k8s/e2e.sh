@@ -189,7 +189,7 @@ if [ -x "$CONVEYOR_BIN" ]; then
   PIDS+=($!)
   # Flags override the file's listen/data/address settings (precedence: flags, env, file).
   "$CONVEYOR_BIN" broker --config "$D/broker.toml" --data-dir "$D/broker-data" --listen "127.0.0.1:$BP" \
-    --http-listen "127.0.0.1:$HP" --advertised-addr "127.0.0.1:$BP" --namesrv-addr "127.0.0.1:$NP" > "$D/broker.log" 2>&1 &
+    --http-listen "127.0.0.1:$HP" --grpc-listen 127.0.0.1:0 --advertised-addr "127.0.0.1:$BP" --namesrv-addr "127.0.0.1:$NP" > "$D/broker.log" 2>&1 &
   PIDS+=($!)
   # The rendered file names the operator's controller: the broker registers there, in the
   # cluster's scope, and is its group's first replica, so the controller makes it master.

@@ -77,7 +77,7 @@ else echo "  ok   no shell in the image"; fi
 port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 NP=$(port); BP=$(port); HP=$(port)
 CID=$("${RUN[@]}" -d --network host "$TAG" standalone --data-dir /var/lib/conveyor \
-  --namesrv-listen "127.0.0.1:$NP" --listen "127.0.0.1:$BP" --http-listen "127.0.0.1:$HP")
+  --namesrv-listen "127.0.0.1:$NP" --listen "127.0.0.1:$BP" --http-listen "127.0.0.1:$HP" --grpc-listen 127.0.0.1:0)
 trap 'podman "${S[@]}" rm -f "$CID" >/dev/null 2>&1 || true' EXIT
 for _ in $(seq 1 60); do curl -sf "http://127.0.0.1:$HP/readyz" >/dev/null && break; sleep 0.5; done
 uid=$(podman "${S[@]}" top "$CID" user 2>/dev/null | tail -n1 | tr -d ' ')

@@ -164,13 +164,25 @@ fn body(m: &StoredMessage) -> String {
     String::from_utf8_lossy(&m.body).into_owned()
 }
 
+/// Sends `bodies` and waits until each is in its consume queue: SEND_OK comes before the
+/// dispatch, and a pop sees only dispatched messages.
 async fn send(server: &TestServer, topic: &str, bodies: &[&str]) {
     let producer = server.producer("PG_pop");
+    let mut last = std::collections::HashMap::new();
     for b in bodies {
-        producer
+        let r = producer
             .send(&Message::new(topic, b.to_string()).with_tags("T"))
             .await
             .expect("send");
+        last.insert(r.queue.queue_id, r.queue_offset);
+    }
+    for (queue_id, offset) in last {
+        common::wait_until(
+            "the sent messages are dispatched",
+            DEADLINE,
+            || async move { server.broker().store().max_offset(topic, queue_id) > offset },
+        )
+        .await;
     }
 }
 

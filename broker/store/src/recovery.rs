@@ -103,12 +103,15 @@ pub(crate) fn recover(core: &StoreCore, unclean: bool, started: Instant) -> Resu
         // a record that does not parse there (a segment cut or damaged after its flush was
         // checkpointed). Verify the log from that segment on, as for the scanned part: the
         // damaged bytes are marked and quarantined and the records after them kept; then the
-        // walk goes on past them.
-        let again = log.recover(reached - reached % seg, require_crc, &quarantine, |_, _| {})?;
+        // walk goes on past them. It walks again from the segment's start: the record it
+        // stopped at may lie inside a damaged range, which is marked from the range's first
+        // byte (re-dispatching a record twice rewrites its entry with the same bytes).
+        let segment = reached - reached % seg;
+        let again = log.recover(segment, require_crc, &quarantine, |_, _| {})?;
         if again.valid_end == end {
             recovered.scanned += again.scanned;
             recovered.damaged.extend(again.damaged);
-            reached = redispatch(reached)?;
+            reached = redispatch(segment)?;
         }
     }
     if reached < end {

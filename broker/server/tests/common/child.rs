@@ -139,6 +139,9 @@ impl Broker {
         };
         if matches!(mode, Mode::Standalone | Mode::Broker { .. }) {
             cmd.arg("--replication-listen").arg(replication.to_string());
+            // Several brokers share this host: no fixed gRPC port (the default is 8081).
+            cmd.arg("--grpc-listen")
+                .arg(std::net::SocketAddr::new(broker.ip(), 0).to_string());
         }
         let child = cmd
             .arg("--config")
