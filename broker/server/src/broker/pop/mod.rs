@@ -1071,10 +1071,14 @@ impl<'a> BusyQueue<'a> {
         queue_id: i32,
     ) -> Option<Self> {
         let key = (group.to_string(), topic.to_string(), queue_id);
-        set.lock()
+        // The guard must be gone before a `Self` can be dropped (its drop takes the lock), and
+        // a queue already taken must not yield a `Self` at all: its drop would release the
+        // other pop's claim. (`then_some` would build and drop one under the lock: deadlock.)
+        let taken = set
+            .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .insert(key.clone())
-            .then_some(Self { set, key })
+            .insert(key.clone());
+        taken.then(|| Self { set, key })
     }
 }
 
@@ -1084,5 +1088,28 @@ impl Drop for BusyQueue<'_> {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .remove(&self.key);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_taken_queue_is_refused_without_releasing_the_first_claim() {
+        let set = Mutex::new(HashSet::new());
+        let first = BusyQueue::take(&set, "g", "t", 0).expect("free");
+        // Refused while taken; the refusal neither deadlocks nor releases the claim.
+        assert!(BusyQueue::take(&set, "g", "t", 0).is_none());
+        assert!(BusyQueue::take(&set, "g", "t", 0).is_none());
+        assert!(
+            BusyQueue::take(&set, "g", "t", 1).is_some(),
+            "another queue is free"
+        );
+        drop(first);
+        assert!(
+            BusyQueue::take(&set, "g", "t", 0).is_some(),
+            "free again once released"
+        );
     }
 }
