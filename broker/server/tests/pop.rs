@@ -174,15 +174,11 @@ async fn send(server: &TestServer, topic: &str, bodies: &[&str]) {
             .send(&Message::new(topic, b.to_string()).with_tags("T"))
             .await
             .expect("send");
-        last.insert(r.queue.queue_id, r.queue_offset);
+        last.insert(r.queue.queue_id, (r.queue, r.queue_offset));
     }
-    for (queue_id, offset) in last {
-        common::wait_until(
-            "the sent messages are dispatched",
-            DEADLINE,
-            || async move { server.broker().store().max_offset(topic, queue_id) > offset },
-        )
-        .await;
+    let consumer = server.consumer("PG_pop");
+    for (queue, offset) in last.values() {
+        common::wait_max_offset(&consumer, queue, offset + 1).await;
     }
 }
 

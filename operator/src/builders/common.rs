@@ -179,14 +179,15 @@ pub(super) fn common_pod_spec(
 /// The ports a Conveyor container exposes: remoting (`port`), HTTP probes/metrics, and for a
 /// broker the replication stream (`port` + 1, RocketMQ's HA port) and the gRPC endpoint.
 pub(super) fn container_ports(port: i32) -> Vec<ContainerPort> {
-    let broker_only = if port == BROKER_PORT {
-        vec![("replication", port + 1), ("grpc", GRPC_PORT)]
+    let broker_only: &[(&str, i32)] = if port == BROKER_PORT {
+        &[("replication", BROKER_PORT + 1), ("grpc", GRPC_PORT)]
     } else {
-        Vec::new()
+        &[]
     };
     [("remoting", port), ("http", HTTP_PORT)]
-        .into_iter()
+        .iter()
         .chain(broker_only)
+        .copied()
         .map(|(name, container_port)| ContainerPort {
             name: Some(name.into()),
             container_port,
