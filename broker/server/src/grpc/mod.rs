@@ -653,7 +653,11 @@ impl MessagingService for MessagingEndpoint {
             let pop = RemotingCommand::request(rc::POP_MESSAGE, Default::default())
                 .with_ext("consumerGroup", group.as_str())
                 .with_ext("topic", topic.as_str())
-                .with_ext("queueId", if mq.id < 0 { -1 } else { mq.id })
+                // Like the Apache proxy (its "broker acting" queue), a receive pops every queue
+                // of the broker, whatever queue of the route the client picked: a SimpleConsumer
+                // round-robins over the route's queues, and a pop of only that one queue would
+                // wait its whole long poll while messages sit in the others.
+                .with_ext("queueId", -1)
                 .with_ext("maxMsgNums", batch)
                 .with_ext("invisibleTime", invisible_ms)
                 .with_ext("pollTime", long_poll)
