@@ -216,6 +216,7 @@ fn expected(mqc: &MessageQueueCluster, group: i32, ordinal: i32, pod_ip: &str) -
         replication_listen: "0.0.0.0:10912".parse().unwrap(),
         http_listen: Some("0.0.0.0:8080".parse().unwrap()),
         grpc_listen: Some("0.0.0.0:8081".parse().unwrap()),
+        grpc: conveyor::grpc::GrpcConfig::default(),
         broker,
         store,
         limits: conveyor::remoting::ServeLimits::default(),

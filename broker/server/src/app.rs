@@ -48,6 +48,8 @@ pub struct AppConfig {
     pub http_listen: Option<SocketAddr>,
     /// gRPC endpoint listen address (Broker, Standalone); `None` disables it.
     pub grpc_listen: Option<SocketAddr>,
+    /// How the gRPC endpoint serves.
+    pub grpc: crate::grpc::GrpcConfig,
     /// Broker settings. An empty `advertised_addr` means "derive from the listen address";
     /// in standalone mode empty `namesrv_addrs` means "the embedded name server".
     pub broker: BrokerConfig,
@@ -224,7 +226,12 @@ pub async fn start(mut cfg: AppConfig) -> Result<Running, StartError> {
             let listener = bind(grpc).await?;
             running.grpc_addr = listener.local_addr().ok();
             tracing::info!(addr = ?running.grpc_addr, "gRPC endpoint listening");
-            tasks.spawn(crate::grpc::serve(listener, broker, shutdown.clone()));
+            tasks.spawn(crate::grpc::serve(
+                listener,
+                broker,
+                cfg.grpc.clone(),
+                shutdown.clone(),
+            ));
         }
     }
     if let Some(http) = cfg.http_listen {

@@ -173,6 +173,16 @@ pub enum SettingsError {
         /// The id set.
         id: i64,
     },
+    /// A number outside its range.
+    #[error("{key} = {value} is out of range: {reason}")]
+    OutOfRange {
+        /// The key, with its section.
+        key: &'static str,
+        /// The value given.
+        value: u64,
+        /// The range.
+        reason: &'static str,
+    },
 }
 
 /// Reads and parses a settings file.
@@ -236,6 +246,7 @@ impl ServerArgs {
             },
             grpc: GrpcSection {
                 listen: self.grpc_listen.clone(),
+                ..Default::default()
             },
             replication: ReplicationSection {
                 listen: self.replication_listen,
@@ -373,6 +384,20 @@ pub fn app_config(role: Role, settings: Settings) -> Result<AppConfig, SettingsE
         Some(s) => parse_http(s)?,
         None => Some(SocketAddr::from(([0, 0, 0, 0], crate::grpc::GRPC_PORT))),
     };
+    let dg = crate::grpc::GrpcConfig::default();
+    let grpc_config = crate::grpc::GrpcConfig {
+        push_invisible_ms: match grpc.push_invisible_ms {
+            Some(ms @ 1_000..=43_200_000) => ms as i64,
+            Some(ms) => {
+                return Err(SettingsError::OutOfRange {
+                    key: "grpc.push-invisible-ms",
+                    value: ms,
+                    reason: "must be 1000 … 43200000 (1 s … 12 h)",
+                })
+            }
+            None => dg.push_invisible_ms,
+        },
+    };
     // A role's listen address comes from its own section; the other one keeps the default.
     let namesrv_listen = match role {
         Role::NameServer | Role::Standalone => namesrv.listen.unwrap_or(default_ns),
@@ -412,6 +437,7 @@ pub fn app_config(role: Role, settings: Settings) -> Result<AppConfig, SettingsE
         replication_listen,
         http_listen,
         grpc_listen,
+        grpc: grpc_config,
         broker,
         store,
         limits: ServeLimits::default(),

@@ -290,6 +290,10 @@ section! {
         /// `listen`: `"ip:port"` to listen on, or `"off"` (or `""`) to serve no gRPC (the
         /// proxy's `grpcServerPort`). Flag `--grpc-listen`. Default `"0.0.0.0:8081"`.
         pub listen: String,
+        /// `push-invisible-ms`: how long a push consumer's message stays invisible per
+        /// renewal; the endpoint renews it shortly before that ends until the client answers
+        /// (the proxy's `defaultInvisibleTimeMills`). 1000 … 43200000. Default `60000`.
+        pub push_invisible_ms: u64,
     }
 }
 

@@ -211,6 +211,7 @@ pub fn broker_settings(
         },
         grpc: GrpcSection {
             listen: Some(format!("0.0.0.0:{GRPC_PORT}")),
+            ..Default::default()
         },
         // Classic roles: a SYNC_MASTER waits for every replica of its group; slaves learn the
         // master's replication address from the name server. Failover: the operator's

@@ -109,6 +109,15 @@ pub fn code_of(remoting: i32) -> Code {
     }
 }
 
+/// The answer of a remoting call as a status (`Ok` when it succeeded).
+pub fn checked(r: &conveyor_protocol::command::RemotingCommand) -> Result<(), Status> {
+    if r.code == resp::SUCCESS {
+        Ok(())
+    } else {
+        Err(status_of(r.code, r.remark.as_deref()))
+    }
+}
+
 /// A status for a remoting answer.
 pub fn status_of(code: i32, remark: Option<&str>) -> Status {
     status(code_of(code), remark.unwrap_or_default())

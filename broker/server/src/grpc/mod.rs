@@ -12,6 +12,9 @@
 //! SyncLiteSubscription: UNIMPLEMENTED, as the Java proxy 5.3).
 
 pub mod convert;
+pub mod handles;
+pub mod renewal;
+pub mod renewer;
 pub mod session;
 pub mod upstream;
 
@@ -40,11 +43,10 @@ use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::broker::pop::handle::ReceiptHandle;
-use crate::broker::pop::pop_retry_topic;
 use crate::broker::Broker;
 use crate::remoting::Processor;
-use convert::{name, status};
+use convert::{checked, name, status};
+use handles::{grpc_handle, parse_handle, CALL_TIMEOUT};
 use session::{Session, Sessions};
 use upstream::Upstream;
 
@@ -55,52 +57,73 @@ const MAX_DECODING: usize = 130 << 20;
 /// Shortest invisible time a receive may ask for, and the longest (the proxy's limits).
 const MIN_INVISIBLE_MS: i64 = 10_000;
 const MAX_INVISIBLE_MS: i64 = 12 * 3600 * 1000;
-/// Invisible time of push consumers' receives (they ask for auto-renewal instead).
-const PUSH_INVISIBLE_MS: i64 = 60_000;
 /// Longest long-poll of one receive.
 const MAX_LONG_POLL_MS: i64 = 30_000;
 /// How long before the client's deadline a held receive answers.
 const RECEIVE_MARGIN_MS: i64 = 2_000;
 /// Default long-poll when the client says none.
 const DEFAULT_LONG_POLL_MS: i64 = 20_000;
-/// Time a unary call may take upstream.
-const CALL_TIMEOUT: Duration = Duration::from_secs(5);
 /// Where producers without a topic of their own send RocketMQ's default topic template from.
 const DEFAULT_TOPIC: &str = "TBW102";
+
+/// How the endpoint serves (`[grpc]` beyond its listen address).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GrpcConfig {
+    /// Invisible time of a push consumer's message per renewal (ms).
+    pub push_invisible_ms: i64,
+}
+
+impl Default for GrpcConfig {
+    fn default() -> Self {
+        Self {
+            push_invisible_ms: renewal::RENEW_INVISIBLE_MS,
+        }
+    }
+}
 
 /// The `MessagingService` implementation.
 pub struct MessagingEndpoint {
     /// The broker and the other groups' masters.
-    upstream: Upstream,
+    upstream: Arc<Upstream>,
     /// The clients.
     sessions: Arc<Sessions>,
     /// Spreads sends over the queues.
     next_queue: AtomicUsize,
     /// The endpoint's own address (the local side of connections, for the sessions).
     local: SocketAddr,
+    /// Its settings.
+    config: GrpcConfig,
 }
 
 /// Serves the gRPC endpoint on `listener` until `shutdown`.
-pub async fn serve(listener: TcpListener, broker: Arc<Broker>, shutdown: CancellationToken) {
+pub async fn serve(
+    listener: TcpListener,
+    broker: Arc<Broker>,
+    config: GrpcConfig,
+    shutdown: CancellationToken,
+) {
     let local = listener
         .local_addr()
         .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], GRPC_PORT)));
     let sessions = Arc::new(Sessions::default());
+    let upstream = Arc::new(Upstream::new(broker.clone()));
     let endpoint = MessagingEndpoint {
-        upstream: Upstream::new(broker.clone()),
+        upstream: upstream.clone(),
         sessions: sessions.clone(),
         next_queue: AtomicUsize::new(0),
         local,
+        config: config.clone(),
     };
     let expiry = {
-        let (sessions, broker, shutdown) = (sessions.clone(), broker.clone(), shutdown.clone());
+        let (sessions, upstream, shutdown) = (sessions.clone(), upstream.clone(), shutdown.clone());
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(Duration::from_secs(10));
             loop {
                 tokio::select! {
                     _ = tick.tick() => {
                         for s in sessions.expire(Instant::now()) {
-                            broker.on_disconnect(&s.conn);
+                            renewer::release(&s, &upstream).await;
+                            upstream.broker().on_disconnect(&s.conn);
                         }
                     }
                     _ = shutdown.cancelled() => return,
@@ -108,6 +131,12 @@ pub async fn serve(listener: TcpListener, broker: Arc<Broker>, shutdown: Cancell
             }
         })
     };
+    let renewals = tokio::spawn(renewer::run(
+        sessions.clone(),
+        upstream.clone(),
+        config.push_invisible_ms,
+        shutdown.clone(),
+    ));
     let service = MessagingServiceServer::new(endpoint)
         .max_decoding_message_size(MAX_DECODING)
         .max_encoding_message_size(MAX_DECODING);
@@ -123,6 +152,7 @@ pub async fn serve(listener: TcpListener, broker: Arc<Broker>, shutdown: Cancell
         tracing::error!(error = %e, "gRPC endpoint failed");
     }
     expiry.abort();
+    renewals.abort();
 }
 
 /// The `x-mq-client-id` header, required on every call (CLIENT_ID_REQUIRED otherwise).
@@ -164,46 +194,42 @@ fn peer<T>(req: &Request<T>) -> SocketAddr {
         .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 0)))
 }
 
-/// The answer of a remoting call as a status (`Ok` when it succeeded).
-fn checked(r: &RemotingCommand) -> Result<(), Status> {
-    if r.code == resp::SUCCESS {
-        Ok(())
-    } else {
-        Err(convert::status_of(r.code, r.remark.as_deref()))
+/// The handle an answer for a message goes out with: the one its last renewal gave if the
+/// endpoint renewed it (which then stops), else the client's.
+async fn latest_handle(session: &Session, group: &str, message_id: &str, given: &str) -> String {
+    session
+        .renewals()
+        .lock()
+        .await
+        .take(group, message_id)
+        .map_or_else(|| given.to_string(), |r| r.handle)
+}
+
+/// Starts renewing the messages a push consumer just received.
+async fn track_renewals(session: &Session, group: &str, topic: &str, messages: &[pb::Message]) {
+    let now = now_ms();
+    let mut renewals = session.renewals().lock().await;
+    for m in messages {
+        let Some(sp) = &m.system_properties else {
+            continue;
+        };
+        let Some(handle) = sp.receipt_handle.as_deref() else {
+            continue;
+        };
+        let Ok((h, _)) = parse_handle(handle) else {
+            continue;
+        };
+        renewals.track(
+            group,
+            &sp.message_id,
+            renewal::Renewal {
+                topic: topic.to_string(),
+                handle: handle.to_string(),
+                revive_at: h.revive_time(),
+                delivered_at: now,
+            },
+        );
     }
-}
-
-/// A receipt handle as the gRPC endpoint hands it out: the broker's, plus the record's
-/// commit-log offset (dead-lettering needs it).
-fn grpc_handle(handle: &str, commit_log_offset: i64) -> String {
-    format!("{handle} {commit_log_offset}")
-}
-
-/// The broker's handle and the commit-log offset of a gRPC receipt handle.
-fn parse_handle(text: &str) -> Result<(ReceiptHandle, Option<i64>), Status> {
-    let h = ReceiptHandle::parse(text, None)
-        .map_err(|e| status(Code::InvalidReceiptHandle, e.to_string()))?;
-    let phys = text.split(' ').nth(8).and_then(|v| v.parse().ok());
-    Ok((h, phys))
-}
-
-/// The topic a handle's message is acknowledged on at the broker.
-fn ack_topic(group: &str, topic: &str, h: &ReceiptHandle) -> String {
-    if h.retry {
-        pop_retry_topic(group, topic)
-    } else {
-        topic.to_string()
-    }
-}
-
-fn handle_request(code: i32, group: &str, topic: &str, h: &ReceiptHandle) -> RemotingCommand {
-    RemotingCommand::request(code, Default::default())
-        .with_ext("consumerGroup", group)
-        .with_ext("topic", ack_topic(group, topic, h))
-        .with_ext("queueId", h.queue_id)
-        .with_ext("offset", h.offset)
-        .with_ext("extraInfo", h.to_string())
-        .with_ext("bname", h.broker_name.as_str())
 }
 
 type Reply<T> = Result<Response<T>, tonic::Status>;
@@ -610,7 +636,7 @@ impl MessagingService for MessagingEndpoint {
             let broker_name = mq.broker.as_ref().map_or(String::new(), |b| b.name.clone());
             let invisible_ms = match &req.invisible_duration {
                 Some(d) => convert::duration_ms(d),
-                None if req.auto_renew => PUSH_INVISIBLE_MS,
+                None if req.auto_renew => self.config.push_invisible_ms,
                 None => {
                     return Err(status(
                         Code::IllegalInvisibleTime,
@@ -682,7 +708,11 @@ impl MessagingService for MessagingEndpoint {
                 return Ok(Vec::new());
             }
             checked(&r)?;
-            popped(&r, &topic, &broker_name, invisible_ms)
+            let messages = popped(&r, &topic, &broker_name, invisible_ms)?;
+            if req.auto_renew {
+                track_renewals(&session, &group, &topic, &messages).await;
+            }
+            Ok(messages)
         }
         .await;
         let now = Content::DeliveryTimestamp(convert::timestamp(now_ms()));
@@ -723,20 +753,8 @@ impl MessagingService for MessagingEndpoint {
         let (group, topic) = (name(&req.group), name(&req.topic));
         let mut entries = Vec::with_capacity(req.entries.len());
         for e in &req.entries {
-            let outcome = async {
-                let (h, _) = parse_handle(&e.receipt_handle)?;
-                let r = self
-                    .upstream
-                    .call(
-                        &h.broker_name,
-                        &session.conn,
-                        handle_request(rc::ACK_MESSAGE, group, topic, &h),
-                        CALL_TIMEOUT,
-                    )
-                    .await?;
-                checked(&r)
-            }
-            .await;
+            let handle = latest_handle(&session, group, &e.message_id, &e.receipt_handle).await;
+            let outcome = handles::ack(&self.upstream, &session.conn, group, topic, &handle).await;
             entries.push(pb::AckMessageResultEntry {
                 message_id: e.message_id.clone(),
                 receipt_handle: e.receipt_handle.clone(),
@@ -766,7 +784,8 @@ impl MessagingService for MessagingEndpoint {
             let session = self.session(&request)?;
             let req = request.get_ref();
             let (group, topic) = (name(&req.group), name(&req.topic));
-            let (h, phys) = parse_handle(&req.receipt_handle)?;
+            let handle = latest_handle(&session, group, &req.message_id, &req.receipt_handle).await;
+            let (h, phys) = parse_handle(&handle)?;
             let phys = phys.ok_or_else(|| {
                 status(
                     Code::InvalidReceiptHandle,
@@ -784,16 +803,7 @@ impl MessagingService for MessagingEndpoint {
                 .call(&h.broker_name, &session.conn, back, CALL_TIMEOUT)
                 .await?;
             checked(&r)?;
-            let r = self
-                .upstream
-                .call(
-                    &h.broker_name,
-                    &session.conn,
-                    handle_request(rc::ACK_MESSAGE, group, topic, &h),
-                    CALL_TIMEOUT,
-                )
-                .await?;
-            checked(&r)
+            handles::ack(&self.upstream, &session.conn, group, topic, &handle).await
         }
         .await;
         Ok(Response::new(pb::ForwardMessageToDeadLetterQueueResponse {
@@ -930,11 +940,16 @@ impl MessagingService for MessagingEndpoint {
         &self,
         request: Request<pb::NotifyClientTerminationRequest>,
     ) -> Reply<pb::NotifyClientTerminationResponse> {
-        let answer = client_id(&request).map(|id| {
-            if let Some(s) = self.sessions.remove(&id) {
-                self.upstream.broker().on_disconnect(&s.conn);
+        let answer = match client_id(&request) {
+            Ok(id) => {
+                if let Some(s) = self.sessions.remove(&id) {
+                    renewer::release(&s, &self.upstream).await;
+                    self.upstream.broker().on_disconnect(&s.conn);
+                }
+                Ok(())
             }
-        });
+            Err(st) => Err(st),
+        };
         Ok(Response::new(pb::NotifyClientTerminationResponse {
             status: Some(answer.err().unwrap_or_else(convert::ok)),
         }))
@@ -948,7 +963,8 @@ impl MessagingService for MessagingEndpoint {
             let session = self.session(&request)?;
             let req = request.get_ref();
             let (group, topic) = (name(&req.group), name(&req.topic));
-            let (h, phys) = parse_handle(&req.receipt_handle)?;
+            let handle = latest_handle(&session, group, &req.message_id, &req.receipt_handle).await;
+            let (h, _) = parse_handle(&handle)?;
             if h.revive_time() < now_ms() {
                 return Err(status(
                     Code::InvalidReceiptHandle,
@@ -965,26 +981,16 @@ impl MessagingService for MessagingEndpoint {
                     format!("invisible duration {invisible} ms is outside 0 … 12 h"),
                 ));
             }
-            let change = handle_request(rc::CHANGE_MESSAGE_INVISIBLETIME, group, topic, &h)
-                .with_ext("invisibleTime", invisible);
-            let r = self
-                .upstream
-                .call(&h.broker_name, &session.conn, change, CALL_TIMEOUT)
-                .await?;
-            checked(&r)?;
-            let field = |k: &str| {
-                r.get_str_opt(k)
-                    .and_then(|v| v.parse::<i64>().ok())
-                    .unwrap_or(0)
-            };
-            let new = ReceiptHandle {
-                start_offset: h.offset,
-                pop_time: field("popTime"),
-                invisible_ms: field("invisibleTime"),
-                revive_qid: field("reviveQid") as i32,
-                ..h
-            };
-            Ok(grpc_handle(&new.to_string(), phys.unwrap_or(0)))
+            handles::change_invisible(
+                &self.upstream,
+                &session.conn,
+                group,
+                topic,
+                &handle,
+                invisible,
+            )
+            .await
+            .map(|(handle, _)| handle)
         }
         .await;
         Ok(Response::new(match answer {
@@ -1090,13 +1096,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn handles_carry_the_commit_log_offset_and_retry_topics_are_named_for_the_broker() {
-        let h = "10 1700000000000 30000 3 1 broker-a 0 12";
-        let (parsed, phys) = parse_handle(&grpc_handle(h, 4096)).unwrap();
-        assert_eq!(phys, Some(4096));
-        assert_eq!(parsed.to_string(), h);
-        assert_eq!(ack_topic("G", "T", &parsed), "%RETRY%G_T");
-        assert!(parse_handle("nonsense").is_err());
+    fn holds_end_before_the_deadline_and_tag_filters_become_subscriptions() {
         assert_eq!(hold_ms(20_000, Some(Duration::from_millis(9_999))), 7_999);
         assert_eq!(hold_ms(5_000, None), 5_000);
         assert_eq!(hold_ms(5_000, Some(Duration::from_millis(500))), 0);

@@ -19,6 +19,7 @@ use conveyor_protocol::message::decode_records;
 use tokio::sync::mpsc;
 
 use super::convert;
+use super::renewal::Renewals;
 use crate::remoting::{Connection, InProcessReceiver};
 
 /// A client silent this long (no request, no open Telemetry stream) is forgotten, as the
@@ -36,6 +37,10 @@ pub struct Session {
     pub conn: Connection,
     /// What the session changes.
     state: Mutex<SessionState>,
+    /// Its push consumers' messages kept invisible (an async lock: a renewal holds it across
+    /// its call to the broker, so an answer for the same message waits and takes the new
+    /// handle).
+    renewals: tokio::sync::Mutex<Renewals>,
 }
 
 /// The mutable part of a session.
@@ -52,6 +57,11 @@ struct SessionState {
 impl Session {
     fn lock(&self) -> std::sync::MutexGuard<'_, SessionState> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Its push consumers' messages kept invisible.
+    pub fn renewals(&self) -> &tokio::sync::Mutex<Renewals> {
+        &self.renewals
     }
 
     /// The client's settings, once it sent them.
@@ -125,6 +135,7 @@ impl Sessions {
             client_id: client_id.to_string(),
             conn,
             state: Mutex::new(SessionState::default()),
+            renewals: Default::default(),
         });
         session.touch();
         tokio::spawn(forward(
@@ -148,6 +159,16 @@ impl Sessions {
             s.touch();
         }
         s
+    }
+
+    /// Every session.
+    pub fn all(&self) -> Vec<Arc<Session>> {
+        self.map
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .cloned()
+            .collect()
     }
 
     /// Forgets a client (it said it terminates).

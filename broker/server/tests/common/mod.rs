@@ -51,6 +51,7 @@ pub fn config(dir: &Path) -> AppConfig {
         replication_listen: any,
         http_listen: Some(any),
         grpc_listen: Some(any),
+        grpc: conveyor::grpc::GrpcConfig::default(),
         broker: BrokerConfig {
             namesrv_addrs: vec![],
             advertised_addr: String::new(),
