@@ -408,3 +408,68 @@ async fn an_orderly_pop_keeps_one_batch_in_flight_per_queue_and_redelivers_it_in
     let next = pop(&mut raw, group, topic, 2, 1500, 2000, true).await;
     assert_eq!(next.iter().map(|g| body(&g.msg)).collect::<Vec<_>>(), ["3"]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_changed_invisible_time_in_an_orderly_batch_keeps_the_queue_locked_and_every_handle_valid(
+) {
+    let server = TestServer::start().await;
+    let (topic, group) = ("PopOrderChange", "CG_order_change");
+    server.create_topic(topic, 1).await;
+    send(&server, topic, &["1", "2", "3", "4"]).await;
+    let mut raw = server.raw().await;
+    let deadline = Instant::now() + DEADLINE;
+    let batch = loop {
+        let g = pop(&mut raw, group, topic, 3, 1500, 500, true).await;
+        if !g.is_empty() {
+            break g;
+        }
+        assert!(Instant::now() < deadline, "nothing popped");
+    };
+    assert_eq!(
+        batch.iter().map(|g| body(&g.msg)).collect::<Vec<_>>(),
+        ["1", "2", "3"]
+    );
+    // A push consumer renews every message it holds: the third, then the first.
+    let renewed_3 = change_invisible(&mut raw, group, &batch[2], 4000).await;
+    let renewed_1 = change_invisible(&mut raw, group, &batch[0], 4000).await;
+    // Past the first invisible time the queue is still locked: nothing new, nothing again.
+    let until = Instant::now() + Duration::from_millis(2500);
+    while Instant::now() < until {
+        assert_locked(&mut raw, group, topic).await;
+    }
+    ack(&mut raw, group, &renewed_1).await;
+    assert_locked(&mut raw, group, topic).await;
+    ack(&mut raw, group, &batch[1]).await;
+    assert_locked(&mut raw, group, topic).await;
+    ack(&mut raw, group, &renewed_3).await;
+    let next = pop(&mut raw, group, topic, 3, 1500, 2000, true).await;
+    assert_eq!(next.iter().map(|g| body(&g.msg)).collect::<Vec<_>>(), ["4"]);
+}
+
+/// Changes a message's invisible time; returns it with the new handle the answer gives.
+async fn change_invisible(raw: &mut RawConn, group: &str, got: &Got, invisible_ms: i64) -> Got {
+    let r = raw
+        .request(
+            handle_request(request_code::CHANGE_MESSAGE_INVISIBLETIME, group, got)
+                .with_ext("invisibleTime", invisible_ms),
+        )
+        .await;
+    assert_eq!(r.code, response_code::SUCCESS, "{:?}", r.remark);
+    let mut f: Vec<String> = got.extra.split(' ').map(str::to_string).collect();
+    f[1] = r.get_str_opt("popTime").unwrap().to_string();
+    f[2] = r.get_str_opt("invisibleTime").unwrap().to_string();
+    Got {
+        extra: f.join(" "),
+        ..got.clone()
+    }
+}
+
+/// An orderly pop of a queue whose batch is in flight gives nothing.
+async fn assert_locked(raw: &mut RawConn, group: &str, topic: &str) {
+    let g = pop(raw, group, topic, 3, 1500, 300, true).await;
+    assert!(
+        g.is_empty(),
+        "popped while the batch is held: {:?}",
+        g.iter().map(|g| body(&g.msg)).collect::<Vec<_>>()
+    );
+}

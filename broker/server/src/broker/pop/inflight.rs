@@ -126,6 +126,19 @@ impl InFlight {
         self.checkpoints.insert(ck.key.clone(), ck);
     }
 
+    /// Gives checkpoint `key` a new invisible time, counted from its pop time; false when it
+    /// is not in the table. An orderly batch changes its time in place: its key, and so every
+    /// receipt handle of the batch, stays valid, and the queue's lock moves with it.
+    pub fn set_invisible(&mut self, key: &CheckpointKey, invisible_ms: i64) -> bool {
+        let Some(ck) = self.checkpoints.get_mut(key) else {
+            return false;
+        };
+        self.by_revive_time.remove(&(ck.revive_time(), key.clone()));
+        ck.invisible_ms = invisible_ms;
+        self.by_revive_time.insert((ck.revive_time(), key.clone()));
+        true
+    }
+
     /// Acknowledges `offset` of checkpoint `key`.
     pub fn ack(&mut self, key: &CheckpointKey, offset: i64) -> Acked {
         let Some(ck) = self.checkpoints.get_mut(key) else {
@@ -158,6 +171,19 @@ impl InFlight {
             self.locked.remove(&queue);
         }
         Some(ck)
+    }
+
+    /// The checkpoint holding `offset` for a handle naming `key`. The key itself, or, for an
+    /// orderly batch, the queue's lock holder of the same pop time: a handle renewed in place
+    /// comes back from clients with the message's offset as its start (RocketMQ's clients and
+    /// proxy rebuild it so, as its order lock is per queue, not per batch).
+    pub fn resolve(&self, key: &CheckpointKey, offset: i64) -> Option<CheckpointKey> {
+        if self.checkpoints.contains_key(key) {
+            return Some(key.clone());
+        }
+        let holder = self.lock_holder(&key.group, &key.topic, key.queue_id)?;
+        (holder.key.pop_time == key.pop_time && holder.offsets.binary_search(&offset).is_ok())
+            .then(|| holder.key.clone())
     }
 
     /// A checkpoint in the table.
@@ -306,6 +332,26 @@ mod tests {
         assert!(t.is_locked("g", "t", 1, 0), "one of two acknowledged");
         t.ack(&key, 6);
         assert!(!t.is_locked("g", "t", 1, 0));
+    }
+
+    #[test]
+    fn an_orderly_batch_extended_in_place_keeps_its_key_and_its_lock() {
+        let mut t = InFlight::default();
+        let c = ck(1, 5, &[5, 6], 0, true);
+        let key = c.key.clone();
+        t.insert(c);
+        assert!(t.set_invisible(&key, 5000));
+        assert!(t.is_locked("g", "t", 1, 4999), "locked until the new time");
+        assert_eq!(t.due(4999, 10), Vec::<CheckpointKey>::new());
+        assert_eq!(t.due(5000, 10), vec![key.clone()]);
+        assert_eq!(t.ack(&key, 5), Acked::Now { finished: None }, "same key");
+        let rebuilt = CheckpointKey {
+            start_offset: 6,
+            ..key.clone()
+        };
+        assert_eq!(t.resolve(&rebuilt, 6), Some(key.clone()), "start = offset");
+        assert_eq!(t.resolve(&rebuilt, 7), None, "not in the batch");
+        assert!(!t.set_invisible(&CheckpointKey { pop_time: 1, ..key }, 10));
     }
 
     #[test]

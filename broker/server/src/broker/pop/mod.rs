@@ -662,24 +662,36 @@ impl PopService {
     /// batch is gone (revived, or from another broker) is [`PopError::Expired`].
     pub async fn ack(&self, group: &str, topic: &str, h: &ReceiptHandle) -> Result<bool, PopError> {
         self.check_serving()?;
-        let key = self.key_of(group, topic, h);
-        let outcome = self.lock().ack(&key, h.offset);
+        let named = self.key_of(group, topic, h);
+        let (key, outcome, released) = {
+            let mut s = self.lock();
+            let Some(key) = s.resolve(&named, h.offset) else {
+                return Err(PopError::Expired(h.to_string()));
+            };
+            let outcome = s.ack(&key, h.offset);
+            // A finished orderly batch unlocks its queue and moves the group's offset past it
+            // in one step under the table's lock: a pop between the two would read the batch
+            // again from the old offset, as a first delivery.
+            let released = match &outcome {
+                Acked::Now {
+                    finished: Some(done),
+                } if done.orderly => {
+                    self.offsets
+                        .commit(&key.group, &key.topic, key.queue_id, done.end_offset());
+                    true
+                }
+                _ => false,
+            };
+            (key, outcome, released)
+        };
         match outcome {
             Acked::Unknown => Err(PopError::Expired(h.to_string())),
             Acked::Already => Ok(false),
-            Acked::Now { finished } => {
+            Acked::Now { .. } => {
                 let record = ReviveRecord::Ack(AckBody::of(&key, vec![h.offset]));
                 let (_, end) = self.append_revive(h.queue_id, &[record])?;
-                if let Some(done) = finished {
-                    if done.orderly {
-                        self.offsets.commit(
-                            &key.group,
-                            &key.topic,
-                            key.queue_id,
-                            done.end_offset(),
-                        );
-                        self.released.notify_waiters();
-                    }
+                if released {
+                    self.released.notify_waiters();
                 }
                 self.durability
                     .wait(end)
@@ -690,8 +702,11 @@ impl PopService {
         }
     }
 
-    /// Gives one message a new invisible time from now and returns its new handle (RocketMQ:
-    /// a new checkpoint for the message, and an ack of it in the old one).
+    /// Gives one message a new invisible time from now and returns its new handle. A message
+    /// of a concurrent group gets a checkpoint of its own and is acknowledged in the old one
+    /// (RocketMQ's `ChangeInvisibleTimeProcessor`); an orderly batch keeps its one checkpoint,
+    /// so its one lock on the queue, and the whole batch gets the new time (RocketMQ moves the
+    /// order lock's visible time): every receipt handle of the batch stays valid.
     pub async fn change_invisible(
         &self,
         group: &str,
@@ -704,53 +719,68 @@ impl PopService {
         let now = now_ms();
         let (handle, end, earlier) = {
             let mut s = self.lock();
+            let Some(key) = s.resolve(&key, h.offset) else {
+                return Err(PopError::Expired(h.to_string()));
+            };
             let Some(old) = s.get(&key) else {
                 return Err(PopError::Expired(h.to_string()));
             };
-            if old.acked.contains(&h.offset) || old.offsets.binary_search(&h.offset).is_err() {
+            let Some(index) = old.offsets.iter().position(|o| *o == h.offset) else {
+                return Err(PopError::Expired(h.to_string()));
+            };
+            if old.acked.contains(&h.offset) {
                 return Err(PopError::Expired(h.to_string()));
             }
-            let attempt = old
-                .offsets
-                .iter()
-                .position(|o| *o == h.offset)
-                .map_or(0, |i| old.attempts[i]);
-            let orderly = old.orderly;
-            let mut ck = Checkpoint {
-                key: CheckpointKey {
-                    start_offset: h.offset,
-                    pop_time: now,
-                    ..key.clone()
-                },
-                invisible_ms,
-                revive_qid: old.revive_qid,
-                revive_offset: 0,
-                offsets: vec![h.offset],
-                attempts: vec![attempt],
-                acked: Default::default(),
-                orderly,
+            let (ck, records) = if old.orderly {
+                let mut ck = old.clone();
+                ck.invisible_ms = now
+                    .saturating_sub(key.pop_time)
+                    .saturating_add(invisible_ms);
+                let records = vec![ReviveRecord::Checkpoint(CheckpointBody::of(&ck))];
+                (ck, records)
+            } else {
+                let mut ck = Checkpoint {
+                    key: CheckpointKey {
+                        start_offset: h.offset,
+                        pop_time: now,
+                        ..key.clone()
+                    },
+                    invisible_ms,
+                    revive_qid: old.revive_qid,
+                    revive_offset: 0,
+                    offsets: vec![h.offset],
+                    attempts: vec![old.attempts[index]],
+                    acked: Default::default(),
+                    orderly: false,
+                };
+                if s.get(&ck.key).is_some() {
+                    // Changed twice in the same millisecond: the new key must differ.
+                    ck.key.pop_time += 1;
+                }
+                let records = vec![
+                    ReviveRecord::Checkpoint(CheckpointBody::of(&ck)),
+                    ReviveRecord::Ack(AckBody::of(&key, vec![h.offset])),
+                ];
+                (ck, records)
             };
-            if s.get(&ck.key).is_some() {
-                // Changed twice in the same millisecond: the new key must differ.
-                ck.key.pop_time += 1;
-            }
-            let records = [
-                ReviveRecord::Checkpoint(CheckpointBody::of(&ck)),
-                ReviveRecord::Ack(AckBody::of(&key, vec![h.offset])),
-            ];
             // Appended under the table's lock: an ack of the old handle racing this change either
             // comes first (the change then finds it acknowledged) or after (it finds it gone).
             let (placed, end) = self.append_revive(h.queue_id, &records)?;
-            ck.revive_offset = placed;
             let handle = ReceiptHandle {
-                start_offset: h.offset,
+                start_offset: ck.key.start_offset,
                 pop_time: ck.key.pop_time,
-                invisible_ms,
+                invisible_ms: ck.invisible_ms,
                 ..h.clone()
             };
             let earlier = s.next_revive_time().is_none_or(|t| ck.revive_time() < t);
-            s.insert(ck);
-            s.ack(&key, h.offset);
+            if ck.orderly {
+                s.set_invisible(&key, ck.invisible_ms);
+            } else {
+                let mut ck = ck;
+                ck.revive_offset = placed;
+                s.insert(ck);
+                s.ack(&key, h.offset);
+            }
             (handle, end, earlier)
         };
         if earlier {
@@ -888,7 +918,11 @@ impl PopService {
                     };
                     match ReviveRecord::decode(view.property(keys::TAGS), view.body()) {
                         Ok(ReviveRecord::Checkpoint(c)) => {
-                            table.insert(c.into_checkpoint(qid, *at))
+                            let ck = c.into_checkpoint(qid, *at);
+                            // A second record of a key is an orderly batch's new time.
+                            if !table.set_invisible(&ck.key, ck.invisible_ms) {
+                                table.insert(ck)
+                            }
                         }
                         Ok(ReviveRecord::Ack(a)) => {
                             let key = a.key();
