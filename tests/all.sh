@@ -16,6 +16,15 @@ if [ "${CI:-}" = "true" ]; then
 fi
 export CARGO_TERM_COLOR=never
 
+# The brokers refuse writes once their disk is 90 % full (RocketMQ's diskMaxUsedSpaceRatio), so a
+# nearly full /tmp makes every suite that sends fail with timeouts far from the cause: say it
+# first. (Leftovers of interrupted runs are the usual cause: /tmp/tmp.*, /tmp/conveyor-*.)
+tmp_used=$(df -P "${TMPDIR:-/tmp}" | awk 'NR==2 {sub("%", "", $5); print $5}')
+if [ "${tmp_used:-0}" -ge 80 ]; then
+  echo "!! ${TMPDIR:-/tmp} is ${tmp_used} % full: brokers refuse writes at 90 %, tests that send will fail"
+  du -sh "${TMPDIR:-/tmp}"/tmp.* "${TMPDIR:-/tmp}"/conveyor-* 2>/dev/null | sort -h | tail -5 || true
+fi
+
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
 

@@ -54,11 +54,15 @@ trap cleanup EXIT
 echo "== two broker groups and Prometheus"
 read -r NSP H0 H1 L0 L1 R0 R1 PP <<<"$(free_ports 8)"
 export CONVEYOR_NAMESRV_ADDR="127.0.0.1:$NSP"
-"$BIN" standalone --data-dir "$D/b0" --namesrv-listen "127.0.0.1:$NSP" --listen "127.0.0.1:$L0" \
+# 16 MiB CommitLog segments: the test writes a few thousand messages, and two brokers with the
+# default 1 GiB segments would take 2 GiB of the disk (near the brokers' 90 % full watermark,
+# sends are refused and the scaling waits time out).
+printf '[store]\nsegment-size = 16777216\n' > "$D/broker.toml"
+"$BIN" standalone --config "$D/broker.toml" --data-dir "$D/b0" --namesrv-listen "127.0.0.1:$NSP" --listen "127.0.0.1:$L0" \
   --http-listen "127.0.0.1:$H0" --grpc-listen 127.0.0.1:0 --replication-listen "127.0.0.1:$R0" --cluster-name mq --broker-name mq-0 \
   > "$D/b0.log" 2>&1 &
 PIDS+=($!)
-"$BIN" broker --data-dir "$D/b1" --namesrv-addr "127.0.0.1:$NSP" --listen "127.0.0.1:$L1" \
+"$BIN" broker --config "$D/broker.toml" --data-dir "$D/b1" --namesrv-addr "127.0.0.1:$NSP" --listen "127.0.0.1:$L1" \
   --http-listen "127.0.0.1:$H1" --grpc-listen 127.0.0.1:0 --replication-listen "127.0.0.1:$R1" --cluster-name mq --broker-name mq-1 \
   > "$D/b1.log" 2>&1 &
 PIDS+=($!)
