@@ -375,13 +375,7 @@ async fn an_orderly_pop_keeps_one_batch_in_flight_per_queue_and_redelivers_it_in
     send(&server, topic, &["1", "2", "3"]).await;
     let mut raw = server.raw().await;
     let deadline = Instant::now() + DEADLINE;
-    let first = loop {
-        let g = pop(&mut raw, group, topic, 2, 1500, 500, true).await;
-        if !g.is_empty() {
-            break g;
-        }
-        assert!(Instant::now() < deadline, "nothing popped");
-    };
+    let first = pop_orderly_until_some(&mut raw, group, topic, 2, deadline, "nothing popped").await;
     assert_eq!(
         first.iter().map(|g| body(&g.msg)).collect::<Vec<_>>(),
         ["1", "2"]
@@ -391,13 +385,15 @@ async fn an_orderly_pop_keeps_one_batch_in_flight_per_queue_and_redelivers_it_in
         .await
         .is_empty());
     // Not acknowledged: the same batch again, in place.
-    let again = loop {
-        let g = pop(&mut raw, group, topic, 2, 1500, 500, true).await;
-        if !g.is_empty() {
-            break g;
-        }
-        assert!(Instant::now() < deadline, "the batch never came back");
-    };
+    let again = pop_orderly_until_some(
+        &mut raw,
+        group,
+        topic,
+        2,
+        deadline,
+        "the batch never came back",
+    )
+    .await;
     assert_eq!(
         again.iter().map(|g| body(&g.msg)).collect::<Vec<_>>(),
         ["1", "2"]
@@ -418,13 +414,7 @@ async fn a_changed_invisible_time_in_an_orderly_batch_keeps_the_queue_locked_and
     send(&server, topic, &["1", "2", "3", "4"]).await;
     let mut raw = server.raw().await;
     let deadline = Instant::now() + DEADLINE;
-    let batch = loop {
-        let g = pop(&mut raw, group, topic, 3, 1500, 500, true).await;
-        if !g.is_empty() {
-            break g;
-        }
-        assert!(Instant::now() < deadline, "nothing popped");
-    };
+    let batch = pop_orderly_until_some(&mut raw, group, topic, 3, deadline, "nothing popped").await;
     assert_eq!(
         batch.iter().map(|g| body(&g.msg)).collect::<Vec<_>>(),
         ["1", "2", "3"]
@@ -461,6 +451,25 @@ async fn change_invisible(raw: &mut RawConn, group: &str, got: &Got, invisible_m
     Got {
         extra: f.join(" "),
         ..got.clone()
+    }
+}
+
+/// Pops orderly (1.5 s invisible) until a batch of at most `max` comes; `what` if none by
+/// `deadline`.
+async fn pop_orderly_until_some(
+    raw: &mut RawConn,
+    group: &str,
+    topic: &str,
+    max: i32,
+    deadline: Instant,
+    what: &str,
+) -> Vec<Got> {
+    loop {
+        let g = pop(raw, group, topic, max, 1500, 500, true).await;
+        if !g.is_empty() {
+            return g;
+        }
+        assert!(Instant::now() < deadline, "{what}");
     }
 }
 

@@ -274,6 +274,15 @@ mod tests {
         }
     }
 
+    /// A table holding one orderly batch of queue 1: offsets 5 and 6, popped at 0 for 1 s.
+    fn one_orderly_batch() -> (InFlight, CheckpointKey) {
+        let mut t = InFlight::default();
+        let c = ck(1, 5, &[5, 6], 0, true);
+        let key = c.key.clone();
+        t.insert(c);
+        (t, key)
+    }
+
     #[test]
     fn a_checkpoint_leaves_when_its_last_offset_is_acknowledged_and_never_twice() {
         let mut t = InFlight::default();
@@ -318,10 +327,7 @@ mod tests {
 
     #[test]
     fn an_orderly_queue_is_locked_until_its_batch_is_acknowledged_or_due() {
-        let mut t = InFlight::default();
-        let c = ck(1, 5, &[5, 6], 0, true);
-        let key = c.key.clone();
-        t.insert(c);
+        let (mut t, key) = one_orderly_batch();
         assert!(t.is_locked("g", "t", 1, 999));
         assert!(
             !t.is_locked("g", "t", 1, 1000),
@@ -336,10 +342,7 @@ mod tests {
 
     #[test]
     fn an_orderly_batch_extended_in_place_keeps_its_key_and_its_lock() {
-        let mut t = InFlight::default();
-        let c = ck(1, 5, &[5, 6], 0, true);
-        let key = c.key.clone();
-        t.insert(c);
+        let (mut t, key) = one_orderly_batch();
         assert!(t.set_invisible(&key, 5000));
         assert!(t.is_locked("g", "t", 1, 4999), "locked until the new time");
         assert_eq!(t.due(4999, 10), Vec::<CheckpointKey>::new());

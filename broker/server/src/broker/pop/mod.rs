@@ -706,7 +706,8 @@ impl PopService {
     /// of a concurrent group gets a checkpoint of its own and is acknowledged in the old one
     /// (RocketMQ's `ChangeInvisibleTimeProcessor`); an orderly batch keeps its one checkpoint,
     /// so its one lock on the queue, and the whole batch gets the new time (RocketMQ moves the
-    /// order lock's visible time): every receipt handle of the batch stays valid.
+    /// order lock's visible time): every receipt handle of the batch stays valid, and the new
+    /// handle keeps the batch's start and pop time, its invisible time counted from that pop.
     pub async fn change_invisible(
         &self,
         group: &str,
