@@ -217,6 +217,7 @@ fn expected(mqc: &MessageQueueCluster, group: i32, ordinal: i32, pod_ip: &str) -
         http_listen: Some("0.0.0.0:8080".parse().unwrap()),
         grpc_listen: Some("0.0.0.0:8081".parse().unwrap()),
         grpc: conveyor::grpc::GrpcConfig::default(),
+        tls: conveyor::tls::TlsConfig::default(),
         broker,
         store,
         limits: conveyor::remoting::ServeLimits::default(),

@@ -50,6 +50,8 @@ pub struct AppConfig {
     pub grpc_listen: Option<SocketAddr>,
     /// How the gRPC endpoint serves.
     pub grpc: crate::grpc::GrpcConfig,
+    /// TLS on the client ports (today the gRPC endpoint).
+    pub tls: crate::tls::TlsConfig,
     /// Broker settings. An empty `advertised_addr` means "derive from the listen address";
     /// in standalone mode empty `namesrv_addrs` means "the embedded name server".
     pub broker: BrokerConfig,
@@ -83,6 +85,9 @@ pub enum StartError {
     /// The name server's KV configuration could not be read.
     #[error("name server KV configuration: {0}")]
     NameServer(crate::broker::config_file::ConfigFileError),
+    /// The TLS certificate could not be loaded or generated.
+    #[error(transparent)]
+    Tls(#[from] crate::tls::TlsError),
 }
 
 /// A running process.
@@ -223,11 +228,15 @@ pub async fn start(mut cfg: AppConfig) -> Result<Running, StartError> {
         tasks.spawn(serve(listener, broker, shutdown.clone(), cfg.limits));
         tracing::info!(%addr, advertised = %cfg.broker.advertised_addr, "broker listening");
         if let (Some(grpc), Some(broker)) = (cfg.grpc_listen, running.broker.clone()) {
+            // gRPC over TLS needs HTTP/2 chosen by ALPN (grpc-java refuses the connection
+            // otherwise).
+            let acceptor = crate::tls::Acceptor::new(&cfg.tls, &[b"h2"])?;
             let listener = bind(grpc).await?;
             running.grpc_addr = listener.local_addr().ok();
-            tracing::info!(addr = ?running.grpc_addr, "gRPC endpoint listening");
+            tracing::info!(addr = ?running.grpc_addr, tls = ?acceptor.mode(), "gRPC endpoint listening");
             tasks.spawn(crate::grpc::serve(
                 listener,
+                acceptor,
                 broker,
                 cfg.grpc.clone(),
                 shutdown.clone(),

@@ -10,6 +10,7 @@
 //! - [`ha`]: master/slave replication of the CommitLog on its own port.
 //! - [`health`]: `/healthz`, `/readyz`, `/metrics`.
 //! - [`app`]: starting and stopping a process in any role (`conveyor standalone` included).
+//! - [`tls`]: TLS beside plaintext on the client ports (permissive, enforcing, reloaded certificates).
 //! - [`settings`]: TOML file + environment + flags → [`app::AppConfig`].
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
@@ -24,4 +25,5 @@ pub mod health;
 pub mod namesrv;
 pub mod remoting;
 pub mod settings;
+pub mod tls;
 pub mod unsupported;

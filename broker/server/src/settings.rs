@@ -93,6 +93,17 @@ pub struct ServerArgs {
     /// disables). Served by brokers (and `standalone`).
     #[arg(long, env = "CONVEYOR_GRPC_LISTEN")]
     pub grpc_listen: Option<String>,
+    /// TLS on the gRPC port: permissive (TLS and plaintext, the default), enforcing (TLS
+    /// only) or off.
+    #[arg(long, env = "CONVEYOR_GRPC_TLS_MODE")]
+    pub grpc_tls_mode: Option<String>,
+    /// PEM certificate chain for the gRPC port's TLS, re-read when it changes (default: a
+    /// self-signed certificate generated at start).
+    #[arg(long, env = "CONVEYOR_GRPC_TLS_CERT_FILE")]
+    pub grpc_tls_cert_file: Option<PathBuf>,
+    /// PEM private key of `--grpc-tls-cert-file`.
+    #[arg(long, env = "CONVEYOR_GRPC_TLS_KEY_FILE")]
+    pub grpc_tls_key_file: Option<PathBuf>,
     /// Address clients use to reach the broker (default: the listen address, 127.0.0.1 when
     /// listening on all interfaces).
     #[arg(long, env = "CONVEYOR_ADVERTISED_ADDR")]
@@ -173,6 +184,14 @@ pub enum SettingsError {
         /// The id set.
         id: i64,
     },
+    /// A setting that is not one of its allowed values, or that needs another one.
+    #[error("{key}: {reason}")]
+    Invalid {
+        /// The key, with its section.
+        key: &'static str,
+        /// What is wrong.
+        reason: String,
+    },
     /// A number outside its range.
     #[error("{key} = {value} is out of range: {reason}")]
     OutOfRange {
@@ -246,6 +265,9 @@ impl ServerArgs {
             },
             grpc: GrpcSection {
                 listen: self.grpc_listen.clone(),
+                tls_mode: self.grpc_tls_mode.clone(),
+                tls_cert_file: self.grpc_tls_cert_file.clone(),
+                tls_key_file: self.grpc_tls_key_file.clone(),
                 ..Default::default()
             },
             replication: ReplicationSection {
@@ -257,6 +279,34 @@ impl ServerArgs {
             controller: Default::default(),
         }
     }
+}
+
+/// The gRPC port's TLS from `[grpc] tls-mode`, `tls-cert-file` and `tls-key-file`: the two
+/// files go together.
+fn grpc_tls(
+    mode: Option<String>,
+    cert: Option<PathBuf>,
+    key: Option<PathBuf>,
+) -> Result<crate::tls::TlsConfig, SettingsError> {
+    use crate::tls::{CertSource, TlsConfig};
+    let mode = match mode {
+        Some(m) => m.parse().map_err(|reason| SettingsError::Invalid {
+            key: "grpc.tls-mode",
+            reason,
+        })?,
+        None => Default::default(),
+    };
+    let cert = match (cert, key) {
+        (None, None) => CertSource::SelfSigned,
+        (Some(cert), Some(key)) => CertSource::Files { cert, key },
+        (Some(_), None) | (None, Some(_)) => {
+            return Err(SettingsError::Invalid {
+                key: "grpc.tls-cert-file",
+                reason: "tls-cert-file and tls-key-file are given together".into(),
+            })
+        }
+    };
+    Ok(TlsConfig { mode, cert })
 }
 
 /// `host:port;host:port` (RocketMQ's `namesrvAddr`) as a list.
@@ -398,6 +448,7 @@ pub fn app_config(role: Role, settings: Settings) -> Result<AppConfig, SettingsE
             None => dg.push_invisible_ms,
         },
     };
+    let tls = grpc_tls(grpc.tls_mode, grpc.tls_cert_file, grpc.tls_key_file)?;
     // A role's listen address comes from its own section; the other one keeps the default.
     let namesrv_listen = match role {
         Role::NameServer | Role::Standalone => namesrv.listen.unwrap_or(default_ns),
@@ -438,6 +489,7 @@ pub fn app_config(role: Role, settings: Settings) -> Result<AppConfig, SettingsE
         http_listen,
         grpc_listen,
         grpc: grpc_config,
+        tls,
         broker,
         store,
         limits: ServeLimits::default(),

@@ -294,6 +294,18 @@ section! {
         /// renewal; the endpoint renews it shortly before that ends until the client answers
         /// (the proxy's `defaultInvisibleTimeMills`). 1000 … 43200000. Default `60000`.
         pub push_invisible_ms: u64,
+        /// `tls-mode`: `"permissive"` (TLS and plaintext on the port, told apart by the
+        /// first byte, as Apache's proxy serves), `"enforcing"` (TLS only) or `"off"`
+        /// (plaintext only). Flag `--grpc-tls-mode`. Default `"permissive"`.
+        pub tls_mode: String,
+        /// `tls-cert-file`: PEM certificate chain (leaf first) served to TLS clients,
+        /// re-read when it changes; with `tls-key-file`. Unset: a self-signed certificate
+        /// generated at start (the proxy's `tlsTestModeEnable`; the SDKs do not verify it).
+        /// Flag `--grpc-tls-cert-file`.
+        pub tls_cert_file: PathBuf,
+        /// `tls-key-file`: the PEM private key of `tls-cert-file` (PKCS#8, PKCS#1 or
+        /// SEC1), re-read when it changes. Flag `--grpc-tls-key-file`.
+        pub tls_key_file: PathBuf,
     }
 }
 

@@ -13,6 +13,7 @@
 
 pub mod convert;
 pub mod handles;
+pub mod incoming;
 pub mod renewal;
 pub mod renewer;
 pub mod session;
@@ -98,6 +99,7 @@ pub struct MessagingEndpoint {
 /// Serves the gRPC endpoint on `listener` until `shutdown`.
 pub async fn serve(
     listener: TcpListener,
+    acceptor: crate::tls::Acceptor,
     broker: Arc<Broker>,
     config: GrpcConfig,
     shutdown: CancellationToken,
@@ -144,7 +146,7 @@ pub async fn serve(
         .http2_keepalive_interval(Some(Duration::from_secs(60)))
         .add_service(service)
         .serve_with_incoming_shutdown(
-            tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
+            incoming::connections(listener, acceptor, shutdown.clone()),
             shutdown.cancelled_owned(),
         )
         .await;

@@ -52,6 +52,7 @@ pub fn config(dir: &Path) -> AppConfig {
         http_listen: Some(any),
         grpc_listen: Some(any),
         grpc: conveyor::grpc::GrpcConfig::default(),
+        tls: conveyor::tls::TlsConfig::default(),
         broker: BrokerConfig {
             namesrv_addrs: vec![],
             advertised_addr: String::new(),
