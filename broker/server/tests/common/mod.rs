@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 pub mod child;
+pub mod grpc;
 pub mod netns;
 
 use std::future::Future;
