@@ -176,7 +176,23 @@ pub struct Failure(pub String);
 
 impl From<ClientError> for Failure {
     fn from(e: ClientError) -> Self {
-        Failure(format!("unexpected SDK error: {}", e))
+        Failure(format!("unexpected SDK error: {}", err(&e)))
+    }
+}
+
+/// An SDK error with the chain of its source (the SDK's Display shows only the outermost cause, e.g. "transport
+/// error" for a failed TLS handshake).
+pub fn err(e: &ClientError) -> String {
+    match e.source() {
+        Some(src) => {
+            let chain: Vec<String> = src.chain().skip(1).map(|c| c.to_string()).collect();
+            if chain.is_empty() {
+                e.to_string()
+            } else {
+                format!("{} (caused by: {})", e, chain.join(": "))
+            }
+        }
+        None => e.to_string(),
     }
 }
 
@@ -356,9 +372,9 @@ where
                 return Ok(t);
             }
             Err(e) => {
-                s.diag(&format!("{} did not start (attempt {}): {}", what, attempts, e));
+                s.diag(&format!("{} did not start (attempt {}): {}", what, attempts, err(&e)));
                 if now_ms() >= deadline {
-                    return Err(Failure(format!("could not start {} within 30 s: {}", what, e)));
+                    return Err(Failure(format!("could not start {} within {} s: {}", what, timeout_ms(30) / 1000, err(&e))));
                 }
             }
         }
@@ -380,7 +396,7 @@ pub async fn producer(s: &Scenario, topic: &str) -> Result<Producer, Failure> {
 
 pub async fn shutdown_producer(s: &Scenario, p: Producer) {
     if let Err(e) = p.shutdown().await {
-        s.diag(&format!("shutdown of a Producer failed: {}", e));
+        s.diag(&format!("shutdown of a Producer failed: {}", err(&e)));
     }
 }
 
@@ -593,8 +609,8 @@ impl Receiver {
                                 return;
                             }
                             stats.receive_errors.fetch_add(1, Ordering::SeqCst);
-                            *stats.last_error.lock().unwrap() = Some(e.to_string());
-                            s.diag(&format!("{}: receive failed: {}", what, e));
+                            *stats.last_error.lock().unwrap() = Some(err(&e));
+                            s.diag(&format!("{}: receive failed: {}", what, err(&e)));
                             // back off a failing endpoint instead of spinning
                             tokio::time::sleep(Duration::from_millis(200)).await;
                             continue;
@@ -606,8 +622,8 @@ impl Receiver {
                         if auto_ack {
                             if let Err(e) = consumer.ack(&*v).await {
                                 stats.ack_errors.fetch_add(1, Ordering::SeqCst);
-                                *stats.last_error.lock().unwrap() = Some(format!("ack: {}", e));
-                                s.diag(&format!("{}: ack of {} failed: {}", what, describe(&v), e));
+                                *stats.last_error.lock().unwrap() = Some(format!("ack: {}", err(&e)));
+                                s.diag(&format!("{}: ack of {} failed: {}", what, describe(&v), err(&e)));
                             }
                         }
                         let _ = tx.send(Arrival { view: v, at: t, receive_start: t0 });
@@ -654,7 +670,7 @@ impl Receiver {
         match Arc::try_unwrap(self.consumer) {
             Ok(c) => {
                 if let Err(e) = c.shutdown().await {
-                    s.diag(&format!("{}: shutdown failed: {}", self.what, e));
+                    s.diag(&format!("{}: shutdown failed: {}", self.what, err(&e)));
                 }
             }
             Err(_) => s.diag(&format!("{}: still in use, not shut down", self.what)),

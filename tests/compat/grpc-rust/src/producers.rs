@@ -43,7 +43,7 @@ pub fn scenarios() -> Vec<Scenario> {
 async fn send(p: &Producer, topic: &str, m: &mut Sent) -> Result<(), Failure> {
     let msg = m.build(topic)?;
     m.send_start = g::now_ms();
-    let r = p.send(msg).await.map_err(|e| Failure(format!("send of {} failed: {}", m.key, e)))?;
+    let r = p.send(msg).await.map_err(|e| Failure(format!("send of {} failed: {}", m.key, g::err(&e))))?;
     m.send_end = g::now_ms();
     m.message_id = Some(r.message_id().to_string());
     Ok(())
@@ -282,7 +282,7 @@ async fn tx_body(
         let tx = p
             .send_transaction_message(msg)
             .await
-            .map_err(|e| Failure(format!("transactional send of {} failed: {}", m.key, e)))?;
+            .map_err(|e| Failure(format!("transactional send of {} failed: {}", m.key, g::err(&e))))?;
         m.send_end = g::now_ms();
         let id = tx.message_id().to_string();
         m.message_id = Some(id.clone());
@@ -290,11 +290,11 @@ async fn tx_body(
         st.kind_by_id.lock().unwrap().insert(id, kind);
         match kind {
             "commit" => {
-                tx.commit().await.map_err(|e| Failure(format!("commit of {} failed: {}", m.key, e)))?;
+                tx.commit().await.map_err(|e| Failure(format!("commit of {} failed: {}", m.key, g::err(&e))))?;
                 commit.insert(m.key.clone(), m);
             }
             "rollback" => {
-                tx.rollback().await.map_err(|e| Failure(format!("rollback of {} failed: {}", m.key, e)))?;
+                tx.rollback().await.map_err(|e| Failure(format!("rollback of {} failed: {}", m.key, g::err(&e))))?;
                 rollback.insert(m.key.clone(), m);
             }
             _ => {

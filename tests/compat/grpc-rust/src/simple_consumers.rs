@@ -40,7 +40,7 @@ async fn send(
         let mut m = Sent::new(check, i, Some(tag));
         let msg = m.build(topic)?;
         m.send_start = g::now_ms();
-        let r = p.send(msg).await.map_err(|e| Failure(format!("send of {} failed: {}", m.key, e)))?;
+        let r = p.send(msg).await.map_err(|e| Failure(format!("send of {} failed: {}", m.key, g::err(&e))))?;
         m.message_id = Some(r.message_id().to_string());
         m.send_end = g::now_ms();
         out.push(m);
@@ -135,7 +135,7 @@ async fn ack_redeliver_body(s: &Scenario, p: &Producer, r: &mut g::Receiver, top
                 let res = r.ack(&view).await;
                 t.acked_at = g::now_ms();
                 if let Err(e) = res {
-                    s.problem("simple-ack", &format!("ack of {} failed: {}", t.sent.key, e));
+                    s.problem("simple-ack", &format!("ack of {} failed: {}", t.sent.key, g::err(&e)));
                 }
             }
             continue;
@@ -204,7 +204,7 @@ async fn ack_redeliver_body(s: &Scenario, p: &Producer, r: &mut g::Receiver, top
                 );
             }
             if let Err(e) = r.ack(&view).await {
-                s.problem("simple-redeliver", &format!("ack of the redelivered {} failed: {}", t.sent.key, e));
+                s.problem("simple-redeliver", &format!("ack of the redelivered {} failed: {}", t.sent.key, g::err(&e)));
             }
             t.done = true;
             continue;
