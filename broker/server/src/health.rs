@@ -304,7 +304,12 @@ type LagValue = fn(&GroupLag, i64) -> i64;
 /// autoscalers read, under RocketMQ 5's names and labels and under rocketmq-exporter's.
 fn per_group_families(out: &mut String, b: &Broker, node: &[String; 3]) {
     use crate::exposition::{family, sample};
-    let lags = crate::broker::lag::consumer_lag(b.offsets(), b.store(), b.metrics_per_queue());
+    let lags = crate::broker::lag::consumer_lag(
+        b.offsets(),
+        b.store(),
+        &b.pop().popped(),
+        b.metrics_per_queue(),
+    );
     let now = conveyor_protocol::time::now_ms();
     out.reserve(lags.len() * 6 * 160);
     let gauges: [(&str, &str, LagValue); 4] = [

@@ -1,16 +1,19 @@
 //! Pop through the gRPC endpoint across a broker restart, as a 5.x SimpleConsumer sees it:
 //! a receipt handle from before the restart still acknowledges, an unacknowledged message
 //! comes back after its invisible time with a higher delivery attempt, and an acknowledged one
-//! never does, even when acknowledged twice.
+//! never does, even when acknowledged twice. What a SimpleConsumer holds counts in its
+//! group's backlog, in the metrics and in the admin progress.
 
 mod common;
 
 use std::time::Duration;
 
 use common::grpc::{key, Client};
-use common::{TestServer, DEADLINE};
+use common::{http_get, series, TestServer, DEADLINE};
 use conveyor_client::Message;
 use conveyor_grpc_api::v2 as pb;
+use conveyor_protocol::code::{request_code, response_code};
+use conveyor_protocol::command::RemotingCommand;
 use tokio::time::Instant;
 
 /// The shortest invisible duration a receive may ask for (the proxy's minimum).
@@ -105,5 +108,60 @@ async fn a_restart_between_receive_and_ack_loses_nothing_and_brings_back_nothing
             "came back: {:?}",
             more.iter().map(key).collect::<Vec<_>>()
         );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn received_and_unacknowledged_messages_count_in_the_backlog_and_in_flight() {
+    let server = TestServer::start().await;
+    let (topic, group) = ("GrpcPopLag", "CG_grpc_lag");
+    server.create_topic(topic, 1).await;
+    let producer = server.producer("grpc-lag-producer");
+    for i in 0..5 {
+        let k = format!("m{i}");
+        producer
+            .send(&Message::new(topic, k.as_bytes().to_vec()).with_key(&k))
+            .await
+            .expect("send");
+    }
+    let mut client = Client::connect(&server, "lag-client").await;
+    let got = receive_n(&mut client, group, topic, 5).await;
+    for m in &got[..2] {
+        assert_eq!(client.ack(group, topic, m).await, pb::Code::Ok as i32);
+    }
+
+    // The pop committed the queue's offset (5); the three not acknowledged are backlog, all
+    // of it in flight, none ready (RocketMQ 5's lag for pop consumers).
+    let (_, body) = http_get(server.http(), "/metrics").await.expect("metrics");
+    let labels = [
+        "consumer_group=\"CG_grpc_lag\"",
+        "topic=\"GrpcPopLag\"",
+        "is_retry=\"false\"",
+    ];
+    for (name, want) in [
+        ("rocketmq_consumer_lag_messages", 3.0),
+        ("rocketmq_consumer_inflight_messages", 3.0),
+        ("rocketmq_consumer_ready_messages", 0.0),
+    ] {
+        assert_eq!(series(&body, name, &labels), [want], "{name}: {body}");
+    }
+
+    // consumerProgress (GET_CONSUME_STATS): the diff counts them, shown in flight.
+    let mut raw = server.raw().await;
+    let r = raw
+        .request(
+            RemotingCommand::request(request_code::GET_CONSUME_STATS, Default::default())
+                .with_ext("consumerGroup", group)
+                .with_ext("topic", topic),
+        )
+        .await;
+    assert_eq!(r.code, response_code::SUCCESS, "{:?}", r.remark);
+    let stats = String::from_utf8_lossy(&r.body).to_string();
+    for field in [
+        "\"brokerOffset\":5",
+        "\"consumerOffset\":2",
+        "\"pullOffset\":5",
+    ] {
+        assert!(stats.contains(field), "{field} missing in {stats}");
     }
 }

@@ -4,29 +4,10 @@ mod common;
 
 use std::time::Duration;
 
-use common::{config, http_get, wait_max_offset, wait_until, TestServer, DEADLINE};
+use common::{config, http_get, metric, series, wait_max_offset, wait_until, TestServer, DEADLINE};
 use conveyor::app::{self, Role};
 use conveyor_client::consumer::PullOptions;
 use conveyor_client::Message;
-
-fn metric(text: &str, name: &str) -> Option<f64> {
-    text.lines()
-        .find(|l| l.split_whitespace().next() == Some(name))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|v| v.parse().ok())
-}
-
-/// The values of every `name{...}` series whose labels include all of `labels`.
-fn series(text: &str, name: &str, labels: &[&str]) -> Vec<f64> {
-    text.lines()
-        .filter(|l| {
-            l.strip_prefix(name)
-                .is_some_and(|rest| rest.starts_with('{'))
-                && labels.iter().all(|label| l.contains(label))
-        })
-        .filter_map(|l| l.rsplit(' ').next()?.parse().ok())
-        .collect()
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn probes_and_metrics() {

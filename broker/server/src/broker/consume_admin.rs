@@ -26,6 +26,7 @@ use serde::Serialize;
 use super::admin::mq_keyed_map;
 use super::clients::{ClientChannel, ClientManager};
 use super::offsets::ConsumerOffsetManager;
+use super::pop::PopService;
 use super::reply::{bad_header, error_response, internal, ok, Reply};
 use super::topics::TopicConfigManager;
 use crate::remoting::CallError;
@@ -126,6 +127,8 @@ pub struct ConsumeAdminDeps {
     pub offsets: Arc<ConsumerOffsetManager>,
     /// Live producers and consumers.
     pub clients: Arc<ClientManager>,
+    /// Pop consumers' messages in flight (counted in a group's progress).
+    pub pop: Arc<PopService>,
 }
 
 /// The consumption admin requests.
@@ -142,6 +145,8 @@ pub struct ConsumeAdmin {
     offsets: Arc<ConsumerOffsetManager>,
     /// Live producers and consumers.
     clients: Arc<ClientManager>,
+    /// Pop consumers' messages in flight.
+    pop: Arc<PopService>,
 }
 
 impl ConsumeAdmin {
@@ -154,6 +159,7 @@ impl ConsumeAdmin {
             topics: deps.topics,
             offsets: deps.offsets,
             clients: deps.clients,
+            pop: deps.pop,
         }
     }
 
@@ -190,13 +196,21 @@ impl ConsumeAdmin {
     ) -> Result<(Vec<u8>, i64), json::JsonError> {
         let mut entries = Vec::new();
         let mut diff = 0;
+        let popped = self.pop.popped();
         for topic in topics {
             let Some(config) = self.topics.get(topic) else {
                 continue;
             };
             for q in 0..config.read_queue_nums.max(config.write_queue_nums) {
                 let broker_offset = self.store.max_offset(topic, q);
-                let consumer_offset = self.offsets.query(group, topic, q).unwrap_or(0).max(0);
+                let committed = self.offsets.query(group, topic, q).unwrap_or(0).max(0);
+                // A pop commits when it pops: as RocketMQ 5's lag calculator, the messages it
+                // holds unacknowledged are taken off the consumer offset (so they count in the
+                // diff) and shown in flight (pull offset − consumer offset).
+                let unacked = popped
+                    .get(&(group.to_string(), topic.clone(), q))
+                    .map_or(0, |p| p.unacked as i64);
+                let consumer_offset = (committed - unacked).max(0);
                 let last_timestamp = if consumer_offset > 0 {
                     self.store
                         .store_time_at(topic, q, consumer_offset - 1)
@@ -213,7 +227,8 @@ impl ConsumeAdmin {
                         pull_offset: self
                             .offsets
                             .pulled(group, topic, q)
-                            .unwrap_or(consumer_offset),
+                            .unwrap_or(committed)
+                            .max(committed),
                         last_timestamp,
                     },
                 ));

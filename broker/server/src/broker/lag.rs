@@ -8,6 +8,13 @@
 //! counts such a queue's whole content instead). Of the lag, what the group pulled and did not
 //! commit yet is in flight (`rocketmq_consumer_inflight_messages`), the rest ready
 //! (`rocketmq_consumer_ready_messages`).
+//!
+//! Pop consumers (the 5.x SDKs, and 5.x remoting clients in pop mode) commit a queue's offset
+//! when they pop, not when they acknowledge: as RocketMQ 5's calculator does for them, what
+//! was popped and is not acknowledged yet ([`Popped`]) is added to the lag and counted in
+//! flight, and the oldest of it dates the lag.
+
+use std::collections::HashMap;
 
 use conveyor_store::MessageStore;
 
@@ -46,6 +53,20 @@ impl GroupLag {
     }
 }
 
+/// A group's messages popped from one queue and not acknowledged yet, beyond its committed
+/// offset (concurrent Pop; an orderly pop commits only when its batch is done, so its batch
+/// is inside the committed lag already).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PoppedQueue {
+    /// How many.
+    pub unacked: u64,
+    /// The queue offset of the oldest.
+    pub oldest_offset: i64,
+}
+
+/// [`PoppedQueue`] of every (group, topic, queue) with popped messages unacknowledged.
+pub type Popped = HashMap<(String, String, i32), PoppedQueue>;
+
 /// RocketMQ's system topics and groups (`TopicValidator.isSystemTopic`,
 /// `MixAll.isSysConsumerGroup`): the broker's own, not an application's.
 pub fn is_system(topic: &str, group: &str) -> bool {
@@ -62,10 +83,12 @@ pub fn is_system(topic: &str, group: &str) -> bool {
 }
 
 /// The lag of every (group, topic) with committed offsets, sorted by group then topic, with
-/// each queue's when `per_queue`. DLQ topics are left out: nobody consumes them by default.
+/// each queue's when `per_queue`; `popped` counts in. DLQ topics are left out: nobody
+/// consumes them by default.
 pub fn consumer_lag(
     offsets: &ConsumerOffsetManager,
     store: &MessageStore,
+    popped: &Popped,
     per_queue: bool,
 ) -> Vec<GroupLag> {
     // Offsets are kept once per topic@group, so each entry is one (group, topic) row.
@@ -92,18 +115,22 @@ pub fn consumer_lag(
                 for (queue, committed) in queues {
                     let end = store.max_offset(&lag.topic, queue);
                     let committed = committed.max(0);
-                    let left = (end - committed).max(0);
+                    let pop = popped.get(&(lag.group.clone(), lag.topic.clone(), queue));
+                    let unacked = pop.map_or(0, |p| p.unacked);
+                    let left = (end - committed).max(0) as u64 + unacked;
                     if per_queue {
-                        lag.queues.push((queue, left as u64));
+                        lag.queues.push((queue, left));
                     }
                     if left == 0 {
                         continue;
                     }
-                    lag.messages += left as u64;
+                    lag.messages += left;
+                    lag.inflight += unacked;
                     if let Some(pulled) = offsets.pulled(&lag.group, &lag.topic, queue) {
                         lag.inflight += (pulled.min(end) - committed).max(0) as u64;
                     }
-                    if let Some(t) = store.store_time_at(&lag.topic, queue, committed) {
+                    let oldest = pop.map_or(committed, |p| p.oldest_offset.min(committed));
+                    if let Some(t) = store.store_time_at(&lag.topic, queue, oldest) {
                         lag.oldest_store_ms = Some(lag.oldest_store_ms.map_or(t, |o| o.min(t)));
                     }
                 }

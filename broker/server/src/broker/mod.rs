@@ -416,6 +416,7 @@ impl Broker {
             topics: topics.clone(),
             offsets: offsets.clone(),
             clients: clients.clone(),
+            pop: pop.clone(),
         });
         let admin = AdminBrokerProcessor::new(
             config,
@@ -490,6 +491,11 @@ impl Broker {
     /// The live producers and consumers.
     pub fn clients(&self) -> &ClientManager {
         &self.clients
+    }
+
+    /// Pop consumption: what Pop consumers hold in flight.
+    pub fn pop(&self) -> &pop::PopService {
+        &self.pop
     }
 
     /// The committed consumer offsets.

@@ -551,3 +551,23 @@ pub async fn read_queue(
         offset = r.get_i64("nextBeginOffset").expect("nextBeginOffset");
     }
 }
+
+/// The value of the unlabelled sample `name` in a /metrics text.
+pub fn metric(text: &str, name: &str) -> Option<f64> {
+    text.lines()
+        .find(|l| l.split_whitespace().next() == Some(name))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse().ok())
+}
+
+/// The values of every `name{...}` series whose labels include all of `labels`.
+pub fn series(text: &str, name: &str, labels: &[&str]) -> Vec<f64> {
+    text.lines()
+        .filter(|l| {
+            l.strip_prefix(name)
+                .is_some_and(|rest| rest.starts_with('{'))
+                && labels.iter().all(|label| l.contains(label))
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse().ok())
+        .collect()
+}

@@ -15,6 +15,8 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
+use crate::broker::lag::{Popped, PoppedQueue};
+
 /// Identifies one checkpoint (RocketMQ: `startOffset popTime` of a queue of a group's topic).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct CheckpointKey {
@@ -234,6 +236,27 @@ impl InFlight {
             .filter(|ck| ck.key.group == group && ck.key.topic == topic)
             .map(|ck| ck.unacked().count())
             .sum()
+    }
+
+    /// What concurrent groups popped beyond their committed offsets and did not acknowledge,
+    /// per queue (orderly batches lie below the committed offset: not counted here).
+    pub fn popped(&self) -> Popped {
+        let mut out = Popped::new();
+        for ck in self.checkpoints.values().filter(|ck| !ck.orderly) {
+            let mut unacked = ck.unacked().map(|(o, _)| o);
+            let Some(first) = unacked.next() else {
+                continue;
+            };
+            let q = out
+                .entry((ck.key.group.clone(), ck.key.topic.clone(), ck.key.queue_id))
+                .or_insert(PoppedQueue {
+                    unacked: 0,
+                    oldest_offset: first,
+                });
+            q.unacked += 1 + unacked.count() as u64;
+            q.oldest_offset = q.oldest_offset.min(first);
+        }
+        out
     }
 
     /// Where the replay of revive queue `qid` must start: the record of its oldest

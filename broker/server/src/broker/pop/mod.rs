@@ -259,6 +259,12 @@ impl PopService {
         s.messages_of(group, topic) + s.messages_of(group, &pop_retry_topic(group, topic))
     }
 
+    /// Messages popped beyond the committed offsets and not acknowledged, per queue (for the
+    /// lag in metrics and admin requests).
+    pub fn popped(&self) -> crate::broker::lag::Popped {
+        self.lock().popped()
+    }
+
     fn lock(&self) -> MutexGuard<'_, InFlight> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
