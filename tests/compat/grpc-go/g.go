@@ -117,8 +117,13 @@ func setupSDK() {
 		os.Setenv("rocketmq.client.logLevel", lvl)
 	}
 	rmq.ResetLogger()
-	// The per-RPC gRPC logger (default: /tmp/rocketmq-logger.log).
+	// The SDK logs every unary RPC to /tmp/rocketmq-logger.log; its connections are made by the package variable
+	// NewRpcClient (the client options' WithConnOptions are never used), so that is where the logger can be set.
 	grpcLogger = zaplog.New(zaplog.WithFileName(filepath.Join(sdkDir, "grpc-"+env("GRPC_PROGRAM", "main")+".log")))
+	newRpcClient := rmq.NewRpcClient
+	rmq.NewRpcClient = func(target string, opts ...rmq.RpcClientOption) (rmq.RpcClient, error) {
+		return newRpcClient(target, append(opts, rmq.WithRpcClientConnOption(rmq.WithZapLogger(grpcLogger)))...)
+	}
 	rmq.EnableSsl = useTLS()
 }
 
@@ -126,11 +131,9 @@ func config(group string) *rmq.Config {
 	return &rmq.Config{Endpoint: endpoint(), ConsumerGroup: group}
 }
 
-// clientFunc makes the SDK's client with a 10 s request timeout and the gRPC logger in the log directory.
+// clientFunc makes the SDK's client with a 10 s request timeout.
 func clientFunc(c *rmq.Config, opts ...rmq.ClientOption) (rmq.Client, error) {
-	opts = append(opts, rmq.WithQueryRouteTimeout(requestTimeout),
-		rmq.WithConnOptions(rmq.WithZapLogger(grpcLogger)))
-	return rmq.NewClient(c, opts...)
+	return rmq.NewClient(c, append(opts, rmq.WithQueryRouteTimeout(requestTimeout))...)
 }
 
 // ---------------------------------------------------------------- output
@@ -385,7 +388,7 @@ func build[T any](s *Scenario, what string, make func() (T, error)) (T, error) {
 		s.diag(fmt.Sprintf("%s did not start (attempt %d): %v", what, attempts, err))
 		if !time.Now().Before(deadline) {
 			var zero T
-			return zero, failure("could not start %s within 30 s: %v", what, err)
+			return zero, failure("could not start %s within %d s: %v", what, int(timeout(30).Seconds()), err)
 		}
 		time.Sleep(time.Second)
 	}
@@ -414,7 +417,8 @@ func newProducer(s *Scenario, topic string, checker *rmq.TransactionChecker) (rm
 	})
 }
 
-// stopQuietly stops a client, waiting at most 15 s (a PushConsumer waits for its long polls, up to 40 s).
+// stopQuietly stops a client, waiting at most 5 s: a PushConsumer's GracefulStop waits for its long polls to end (up
+// to the request timeout + the 30 s long polling); the stop is no part of any check and the program exits anyway.
 func stopQuietly(s *Scenario, what string, stop func() error) {
 	done := make(chan error, 1)
 	go func() { done <- stop() }()
@@ -423,8 +427,8 @@ func stopQuietly(s *Scenario, what string, stop func() error) {
 		if err != nil {
 			s.diag("stop of " + what + " failed: " + err.Error())
 		}
-	case <-time.After(15 * time.Second):
-		s.diag("stop of " + what + " did not finish within 15 s; left behind")
+	case <-time.After(5 * time.Second):
+		s.diag("stop of " + what + " did not finish within 5 s; left behind")
 	}
 }
 
