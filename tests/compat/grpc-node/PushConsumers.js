@@ -18,10 +18,6 @@ const MAX_ATTEMPTS = RETRY_MAX_TIMES + 1;
 const { ConsumeResult } = G.sdk;
 const SUB_ALL = G.sdk.FilterExpression.SUB_ALL;
 
-function attempts(ds) {
-  return ds.map(d => d.view.deliveryAttempt);
-}
-
 function record(got, v) {
   const k = G.keyOf(v) || '?';
   if (!got.has(k)) got.set(k, []);

@@ -146,12 +146,19 @@ function sleep(ms) {
   return new Promise(resolve => setTimeout(resolve, Math.max(0, ms)));
 }
 
+/** An error with its chain of causes (the SDK wraps gRPC errors, e.g. a startup failure's route query). */
 function errString(e) {
-  if (e instanceof Error) {
-    const code = e.code !== undefined ? ` (code ${e.code})` : '';
-    return `${e.name}: ${e.message}${code}`;
+  const parts = [];
+  for (let x = e, depth = 0; x !== undefined && x !== null && depth < 5; x = x.cause, depth++) {
+    if (!(x instanceof Error)) {
+      parts.push(String(x));
+      break;
+    }
+    const code = x.code !== undefined ? ` (code ${x.code})` : '';
+    const line = `${x.name}: ${x.message}${code}`;
+    if (!parts.some(p => p.includes(x.message))) parts.push(line);
   }
-  return String(e);
+  return parts.join(' / cause: ');
 }
 
 // ---------------------------------------------------------------- scenarios and checks
@@ -314,7 +321,7 @@ async function build(s, what, factory) {
       return c;
     } catch (e) {
       last = e;
-      s.diag(`${what} did not start (attempt ${attempt}): ${errString(e)}${e && e.cause ? ' / cause: ' + errString(e.cause) : ''}`);
+      s.diag(`${what} did not start (attempt ${attempt}): ${errString(e)}`);
       try {
         await withTimeout(c.shutdown(), 5000, `shutdown of ${what}`);
       } catch (e2) {
@@ -328,10 +335,16 @@ async function build(s, what, factory) {
   }
 }
 
+/**
+ * Shuts a client down (at most 30 s; a PushConsumer's shutdown waits for its in-flight long-polling receive, up to
+ * the endpoint's long-polling timeout, and for its cached messages to be consumed).
+ */
 async function closeQuietly(s, c, what) {
   if (!c) return;
+  const t0 = Date.now();
   try {
-    await withTimeout(c.shutdown(), 20000, `shutdown of ${what || c.constructor.name}`);
+    await withTimeout(c.shutdown(), 30000, `shutdown of ${what || c.constructor.name}`);
+    if (Date.now() - t0 > 5000) s.diag(`close of ${what || c.constructor.name} took ${Date.now() - t0} ms`);
   } catch (e) {
     s.diag(`close of ${what || c.constructor.name} failed: ${errString(e)}`);
   }

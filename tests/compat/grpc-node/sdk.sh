@@ -50,8 +50,9 @@ PROGRAMS
     program="${2:?program}"
     [[ -f "$HERE/$program.js" ]] || { echo "sdk.sh: no program $program" >&2; exit 2; }
     mkdir -p "$log/home"
-    # HOME: the SDK's consume services log to ~/logs/rocketmq/ themselves.
-    HOME="$log/home" NODE_PATH="$DIR/node_modules" exec node "$HERE/$program.js"
+    # HOME: the SDK's consume services log to ~/logs/rocketmq/ themselves. --no-deprecation: grpc-js over TLS to an
+    # IP address triggers DEP0123 (TLS ServerName set to an IP) on stderr.
+    HOME="$log/home" NODE_PATH="$DIR/node_modules" exec node --no-deprecation "$HERE/$program.js"
     ;;
   *) echo "usage: sdk.sh fetch|version|programs|run PROGRAM" >&2; exit 2 ;;
 esac
