@@ -165,3 +165,29 @@ async fn received_and_unacknowledged_messages_count_in_the_backlog_and_in_flight
         assert!(stats.contains(field), "{field} missing in {stats}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_receive_waiting_when_the_first_redelivery_comes_gets_it() {
+    let server = TestServer::start().await;
+    let (topic, group) = ("GrpcPopFirstRetry", "CG_grpc_first_retry");
+    server.create_topic(topic, 1).await;
+    server
+        .producer("grpc-first-retry-producer")
+        .send(&Message::new(topic, b"again".to_vec()).with_key("again"))
+        .await
+        .expect("send");
+    let mut client = Client::connect(&server, "first-retry-client").await;
+    let first = receive_n(&mut client, group, topic, 1).await;
+    assert_eq!(first.len(), 1);
+    // Not acknowledged: it comes back through the group's retry topic, which this first
+    // redelivery creates. A receive holding its long poll (25 s, past the 10 s invisible
+    // time) from before then must get it, not answer empty when its poll ends.
+    let back = client
+        .receive(group, topic, Some(INVISIBLE), Duration::from_secs(25))
+        .await;
+    assert_eq!(
+        back.iter().map(key).collect::<Vec<_>>(),
+        ["again"],
+        "the waiting receive did not get the redelivery"
+    );
+}

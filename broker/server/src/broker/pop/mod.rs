@@ -291,7 +291,7 @@ impl PopService {
                 return Err(PopError::Full(in_flight));
             }
             let queues = self.queues_to_read(req);
-            let arrival = self.arrival(&queues, true);
+            let arrival = self.arrival(req, &queues, true);
             let batch = self.pop_once(req, &queues).await?;
             if !batch.messages.is_empty() || Instant::now() >= deadline {
                 return Ok(batch);
@@ -303,14 +303,23 @@ impl PopService {
         }
     }
 
-    /// A wait for the next message on `queues` (and, with `released`, for an orderly queue
-    /// being released), registered now: made before a read, it also sees what arrives
-    /// between the read and the wait.
-    fn arrival(&self, queues: &[(String, i32, bool)], released: bool) -> Arrival {
+    /// A wait for the next message on the queues `req` reads (`queues`) and, with
+    /// `released`, for an orderly queue being released, registered now: made before a read,
+    /// it also sees what arrives between the read and the wait. A concurrent group whose
+    /// retry topic does not exist yet waits on it too: the first revive creates it, and a pop
+    /// already waiting must wake for that redelivery (RocketMQ's revive notifies the waiting
+    /// pops of the original topic) instead of holding until its poll ends.
+    fn arrival(&self, req: &PopRequest, queues: &[(String, i32, bool)], released: bool) -> Arrival {
         let mut waits: Vec<_> = queues
             .iter()
             .map(|(t, q, _)| Box::pin(self.hold.notifier(t, *q).notified_owned()))
             .collect();
+        if !req.orderly && !queues.iter().any(|(_, _, retry)| *retry) {
+            let retry_topic = pop_retry_topic(&req.group.group_name, &req.topic);
+            waits.push(Box::pin(
+                self.hold.notifier(&retry_topic, 0).notified_owned(),
+            ));
+        }
         if released {
             waits.push(Box::pin(self.released.clone().notified_owned()));
         }
@@ -631,7 +640,7 @@ impl PopService {
         let deadline = Instant::now() + poll.min(MAX_POLL);
         loop {
             let queues = self.queues_to_read(&req);
-            let arrival = self.arrival(&queues, false);
+            let arrival = self.arrival(&req, &queues, false);
             let has = queues.iter().any(|(t, q, _)| {
                 let next = self
                     .offsets
