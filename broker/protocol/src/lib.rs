@@ -10,6 +10,7 @@
 //! - [`frame`]: the length-prefixed frame and its JSON / ROCKETMQ binary headers.
 //! - [`batch`]: the SEND_BATCH_MESSAGE body.
 //! - [`route`]: JSON bodies for routes, registration, heartbeats, locks and consumer lists.
+//! - [`recall`]: recall handles of timer messages.
 //! - [`json`]: the compact, ASCII-escaped JSON dialect RocketMQ peers expect.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
@@ -23,6 +24,7 @@ pub mod json;
 pub mod message;
 pub mod naming;
 pub mod properties;
+pub mod recall;
 pub mod route;
 pub mod sysflag;
 pub mod time;

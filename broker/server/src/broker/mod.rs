@@ -8,6 +8,7 @@
 //!
 //! Request processors (RocketMQ's names):
 //! - [`send`] — SEND_MESSAGE / V2 / BATCH: auto-create, DLQ redirection, parking.
+//! - [`recall`] — RECALL_MESSAGE: cancels a timer message before it is due.
 //! - [`retry`] — CONSUMER_SEND_MSG_BACK.
 //! - [`pull`] — PULL_MESSAGE / LITE_PULL_MESSAGE with long polling ([`hold`]) and tag
 //!   filtering ([`filter`]).
@@ -47,6 +48,7 @@ pub mod pop;
 pub mod pull;
 pub mod query;
 pub mod reader;
+pub mod recall;
 pub mod register;
 pub mod relay;
 pub mod reply;
@@ -119,6 +121,8 @@ pub struct Broker {
     groups: Arc<SubscriptionGroupManager>,
     /// SEND_MESSAGE / V2 / BATCH.
     send: SendMessageProcessor,
+    /// RECALL_MESSAGE.
+    recall: recall::RecallMessageProcessor,
     /// CONSUMER_SEND_MSG_BACK.
     send_back: SendMsgBackProcessor,
     /// PULL_MESSAGE / LITE_PULL_MESSAGE.
@@ -342,6 +346,16 @@ impl Broker {
                 parking,
             },
         );
+        let recall = recall::RecallMessageProcessor::new(
+            &config.broker_name,
+            store_host,
+            recall::RecallDeps {
+                store: store.clone(),
+                durability: durability.clone(),
+                topics: topics.clone(),
+                parking,
+            },
+        );
         let send_back = SendMsgBackProcessor::new(
             store.clone(),
             durability.clone(),
@@ -443,6 +457,7 @@ impl Broker {
             topics,
             groups,
             send,
+            recall,
             send_back,
             pull,
             offset_requests,
@@ -756,6 +771,7 @@ impl Broker {
                 self.stats.observe_send(started.elapsed());
                 self.relay.after_demotion(req, answer).await
             }
+            rc::RECALL_MESSAGE => self.recall.handle(conn, req).await,
             rc::CONSUMER_SEND_MSG_BACK => self.send_back.handle(req).await,
             rc::PULL_MESSAGE | rc::LITE_PULL_MESSAGE => self.pull.handle(conn, req).await,
             rc::POP_MESSAGE => self.pop_requests.pop(conn, req).await,

@@ -41,6 +41,7 @@ pub fn is_write(code: i32) -> bool {
         rc::SEND_MESSAGE
             | rc::SEND_MESSAGE_V2
             | rc::SEND_BATCH_MESSAGE
+            | rc::RECALL_MESSAGE
             | rc::CONSUMER_SEND_MSG_BACK
             | rc::END_TRANSACTION
             | rc::UPDATE_CONSUMER_OFFSET

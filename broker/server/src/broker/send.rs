@@ -16,6 +16,7 @@ use conveyor_protocol::command::RemotingCommand;
 use conveyor_protocol::message::{
     keys, offset_msg_id, Properties, StoredMessage, MAX_PROPERTIES_LEN,
 };
+use conveyor_protocol::recall::RecallHandle;
 use conveyor_protocol::route::{perm, TopicConfig};
 use conveyor_protocol::time::now_ms;
 use conveyor_protocol::uniq_id::UniqIdGenerator;
@@ -27,7 +28,7 @@ use super::auto_create::Refusal;
 use super::config::BrokerConfig;
 use super::durability::Durability;
 use super::groups::SubscriptionGroupManager;
-use super::parking::ParkingRules;
+use super::parking::{ParkingRules, TIMER_OUT_MS};
 use super::register::NameServerRegistrar;
 use super::reply::{bad_header, error_response, ok, store_error_response, Reply};
 use super::stats::{BrokerStats, MessageType};
@@ -86,6 +87,8 @@ pub struct SendMessageProcessor {
     send_queue_wait: Duration,
     /// Stamped into every message's CLUSTER property.
     cluster_name: String,
+    /// The broker group, named in the recall handles of timer messages.
+    broker_name: String,
     /// STOREHOST of the records and the address in their offset message ids.
     store_host: SocketAddr,
 }
@@ -104,6 +107,7 @@ impl SendMessageProcessor {
             slots: Semaphore::new(config.max_sends_in_flight),
             send_queue_wait: Duration::from_millis(config.send_queue_wait_ms),
             cluster_name: config.cluster_name.clone(),
+            broker_name: config.broker_name.clone(),
             store_host,
         }
     }
@@ -364,6 +368,21 @@ impl SendMessageProcessor {
             .with_ext("transactionId", uniq)
             .with_ext(keys::MSG_REGION, "DefaultRegion")
             .with_ext(keys::TRACE_SWITCH, "true");
+        // A timer message can be recalled until it is due (RocketMQ 5.3): one sent alone gets
+        // the handle that names it.
+        if let [m] = messages {
+            if m.topic == topics::TIMER_TOPIC {
+                if let Some(due) = m.properties.get(TIMER_OUT_MS).and_then(|d| d.parse().ok()) {
+                    let handle = RecallHandle {
+                        topic: h.topic.clone(),
+                        broker_name: self.broker_name.clone(),
+                        deliver_ms: due,
+                        message_id: uniq.to_string(),
+                    };
+                    r = r.with_ext("recallHandle", handle.encode());
+                }
+            }
+        }
         r.code = code;
         if code == resp::FLUSH_DISK_TIMEOUT {
             r.remark = Some("the message is stored but the disk flush timed out".into());

@@ -10,14 +10,20 @@
 //! before a crash may come again), and the progress is as large as the set of timers still
 //! waiting: one timer due in three days does not make every later delivery stay in memory and
 //! in the file, as a "delivered below this offset" checkpoint would.
+//!
+//! A recall ([`super::recall`]) is a marker record in the same topic, due with the message it
+//! names: read, it marks that message recalled; the message, coming due first (it is earlier
+//! in the log), is then dropped, and the marker after it ends the recall. Both are pending
+//! records like any timer, so a restart re-reads both and the recall holds.
 
 use std::cmp::Reverse;
-use std::collections::{BTreeSet, BinaryHeap};
+use std::collections::{BTreeSet, BinaryHeap, HashMap};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use conveyor_protocol::message::{keys, RecordView};
+use conveyor_protocol::recall::{delete_key, TIMER_DEL_UNIQKEY};
 use conveyor_protocol::time::now_ms;
 use conveyor_store::{AcceptAll, MessageStore};
 use serde::{Deserialize, Serialize};
@@ -61,6 +67,8 @@ struct State {
     skip: BTreeSet<i64>,
     /// (due ms, queue offset, commit-log offset) of pending timers.
     pending: BinaryHeap<Reverse<(i64, i64, u64)>>,
+    /// Recalled messages (`<topic>+<message id>`) → recall markers read and not due yet.
+    recalled: HashMap<String, usize>,
     /// Changed since the progress was last written.
     dirty: bool,
 }
@@ -99,11 +107,15 @@ impl State {
         qo >= self.resume_at || self.reread.contains(&qo)
     }
 
-    /// A timer read from the topic, due at `due` (`None`: nothing to deliver).
-    fn read(&mut self, qo: i64, due: Option<(i64, u64)>) {
+    /// A timer read from the topic, due at `due` (`None`: nothing to deliver); `recall`: it
+    /// is a recall marker naming that message.
+    fn read(&mut self, qo: i64, due: Option<(i64, u64)>, recall: Option<String>) {
         if let (Some((due, phys)), true) = (due, self.needs(qo)) {
             self.waiting.insert(qo);
             self.pending.push(Reverse((due, qo, phys)));
+            if let Some(key) = recall {
+                *self.recalled.entry(key).or_default() += 1;
+            }
         }
         self.scanned = self.scanned.max(qo + 1);
         self.dirty = true;
@@ -118,6 +130,16 @@ impl State {
         if self.scanned >= self.resume_at {
             self.reread.clear();
             self.skip.clear();
+        }
+    }
+
+    /// A recall marker came due: the message it names is due too, and was dropped.
+    fn recall_done(&mut self, key: &str) {
+        if let Some(n) = self.recalled.get_mut(key) {
+            *n -= 1;
+            if *n == 0 {
+                self.recalled.remove(key);
+            }
         }
     }
 
@@ -335,10 +357,14 @@ impl TimerMessageService {
                 return;
             }
             for (slice, qo) in r.messages.iter().zip(&r.queue_offsets) {
-                let due = RecordView::parse(slice)
-                    .ok()
+                let view = RecordView::parse(slice).ok();
+                let due = view
+                    .as_ref()
                     .and_then(|v| v.property(TIMER_OUT_MS).and_then(|d| d.parse::<i64>().ok()));
-                s.read(*qo, due.map(|d| (d, slice_phys(slice))));
+                let recall = view
+                    .as_ref()
+                    .and_then(|v| v.property(TIMER_DEL_UNIQKEY).map(str::to_string));
+                s.read(*qo, due.map(|d| (d, slice_phys(slice))), recall);
             }
             s.scanned_to(r.next_begin_offset);
             if s.scanned < s.resume_at {
@@ -390,9 +416,31 @@ impl TimerMessageService {
         let mut m = RecordView::parse(&record)
             .and_then(|v| v.to_message())
             .map_err(|e| e.to_string())?;
+        if let Some(key) = m.properties.get(TIMER_DEL_UNIQKEY) {
+            // A recall marker: the message it names came due just before it.
+            let key = key.to_string();
+            self.state
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .recall_done(&key);
+            return Ok(());
+        }
         if !unpark(&mut m) {
             tracing::warn!("timer message without REAL_TOPIC/REAL_QID dropped");
             return Ok(());
+        }
+        if let Some(id) = m.properties.get(keys::UNIQ_CLIENT_MESSAGE_ID_KEYIDX) {
+            let key = delete_key(&m.topic, id);
+            let recalled = self
+                .state
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .recalled
+                .contains_key(&key);
+            if recalled {
+                tracing::info!(message = %key, "recalled timer message not delivered");
+                return Ok(());
+            }
         }
         for k in [
             keys::TIMER_DELIVER_MS,
@@ -422,9 +470,9 @@ mod tests {
     #[test]
     fn one_long_timer_does_not_keep_every_later_delivery() {
         let mut s = State::default();
-        s.read(0, Some((i64::MAX, 0)));
+        s.read(0, Some((i64::MAX, 0)), None);
         for qo in 1..10_000 {
-            s.read(qo, Some((0, qo as u64)));
+            s.read(qo, Some((0, qo as u64)), None);
             s.mark_delivered(qo);
         }
         s.scanned_to(10_000);
@@ -444,7 +492,7 @@ mod tests {
         let mut s = State::from_persisted(p);
         assert_eq!(s.scanned, 3, "re-reading starts at the first waiting timer");
         for qo in 3..120 {
-            s.read(qo, Some((0, qo as u64)));
+            s.read(qo, Some((0, qo as u64)), None);
         }
         s.scanned_to(120);
         let waiting: Vec<i64> = s.waiting.iter().copied().collect();
@@ -467,7 +515,7 @@ mod tests {
             serde_json::from_str(r#"{"checkpoint": 10, "delivered": [12, 13]}"#).unwrap();
         let mut s = State::from_persisted(legacy);
         for qo in 10..15 {
-            s.read(qo, Some((0, qo as u64)));
+            s.read(qo, Some((0, qo as u64)), None);
         }
         s.scanned_to(15);
         let waiting: Vec<i64> = s.waiting.iter().copied().collect();
@@ -479,7 +527,7 @@ mod tests {
     #[test]
     fn unchanged_progress_is_not_rewritten() {
         let mut s = State::default();
-        s.read(0, Some((5, 0)));
+        s.read(0, Some((5, 0)), None);
         assert!(std::mem::take(&mut s.dirty));
         s.scanned_to(1);
         assert!(!s.dirty, "nothing changed: no rewrite and fsync");

@@ -8,8 +8,8 @@
 //! clients' own, and remoting and gRPC clients of one group share offsets and in-flight state.
 //!
 //! Errors are answered in-band (`Status` in the response, gRPC OK), as the proxy does;
-//! transport errors only for RPCs not served (PullMessage, offsets, RecallMessage,
-//! SyncLiteSubscription: UNIMPLEMENTED, as the Java proxy 5.3).
+//! transport errors only for RPCs not served (PullMessage, offsets, SyncLiteSubscription:
+//! UNIMPLEMENTED, as the Java proxy 5.3).
 
 pub mod convert;
 pub mod handles;
@@ -33,6 +33,7 @@ use conveyor_protocol::code::{request_code as rc, response_code as resp};
 use conveyor_protocol::command::RemotingCommand;
 use conveyor_protocol::header::SendMessageHeader;
 use conveyor_protocol::message::{decode_records, keys, parse_offset_msg_id, tag_hash_code};
+use conveyor_protocol::recall::RecallHandle;
 use conveyor_protocol::route::{
     ConsumeFromWhere, ConsumeType, ConsumerData, HeartbeatData, MessageModel, ProducerData,
     SubscriptionData, EXPRESSION_TYPE_SQL92, EXPRESSION_TYPE_TAG,
@@ -411,7 +412,10 @@ impl MessagingEndpoint {
             message_id: message_id.clone(),
             transaction_id,
             offset,
-            recall_handle: String::new(),
+            recall_handle: r
+                .get_str_opt("recallHandle")
+                .unwrap_or_default()
+                .to_string(),
         }
     }
 }
@@ -1009,11 +1013,36 @@ impl MessagingService for MessagingEndpoint {
 
     async fn recall_message(
         &self,
-        _: Request<pb::RecallMessageRequest>,
+        request: Request<pb::RecallMessageRequest>,
     ) -> Reply<pb::RecallMessageResponse> {
-        Err(tonic::Status::unimplemented(
-            "RecallMessage is not served yet",
-        ))
+        let answer = async {
+            let session = self.session(&request)?;
+            let req = request.get_ref();
+            // The handle names the group that holds the message (as the proxy routes it).
+            let handle = RecallHandle::decode(&req.recall_handle)
+                .map_err(|e| status(Code::BadRequest, e.to_string()))?;
+            let recall = RemotingCommand::request(rc::RECALL_MESSAGE, Default::default())
+                .with_ext("topic", name(&req.topic))
+                .with_ext("producerGroup", name(&req.topic))
+                .with_ext("recallHandle", req.recall_handle.as_str());
+            let r = self
+                .upstream
+                .call(&handle.broker_name, &session.conn, recall, CALL_TIMEOUT)
+                .await?;
+            checked(&r)?;
+            Ok::<_, Status>(r.get_str_opt("msgId").unwrap_or_default().to_string())
+        }
+        .await;
+        Ok(Response::new(match answer {
+            Ok(message_id) => pb::RecallMessageResponse {
+                status: Some(convert::ok()),
+                message_id,
+            },
+            Err(st) => pb::RecallMessageResponse {
+                status: Some(st),
+                message_id: String::new(),
+            },
+        }))
     }
 
     async fn sync_lite_subscription(
