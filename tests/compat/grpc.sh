@@ -11,7 +11,9 @@
 #   NAMESRV_ADDR         required, host:port of the name server, for mqadmin
 #   GRPC_SDKS            space-separated SDKs to run (default: every tests/compat/grpc-*/sdk.sh; a named SDK without
 #                        one fails)
-#   GRPC_TLS             "true": the SDKs connect with TLS (any certificate accepted); default plaintext
+#   GRPC_TLS             "true": the SDKs connect with TLS (any certificate accepted); "false" (default): plaintext;
+#                        or the names of the SDKs that use TLS, the others plaintext (e.g. "java go python node": the
+#                        Rust SDK cannot accept a self-signed certificate)
 #   GRPC_CLUSTER         cluster for mqadmin's -c (default: the first cluster the name server knows)
 #   GRPC_CHECKS          space-separated subset of the check names (default: all); only the programs that hold a
 #                        selected check run
@@ -69,6 +71,16 @@ FAILED=0
 declare -A REPORTED=()
 pass() { echo "PASS $1"; PASSED=$((PASSED + 1)); REPORTED["$1"]=1; }
 fail() { echo "FAIL $1: $2"; FAILED=$((FAILED + 1)); REPORTED["$1"]=1; }
+
+# "true" when SDK connects with TLS (GRPC_TLS is true, or a list naming it).
+tls_of() { # tls_of SDK
+  case " $GRPC_TLS " in
+    " true ") echo true ;;
+    " false ") echo false ;;
+    *" $1 "*) echo true ;;
+    *) echo false ;;
+  esac
+}
 
 selected() {
   [[ -z "${GRPC_CHECKS:-}" ]] && return 0
@@ -155,7 +167,7 @@ run_sdk() { # run_sdk SDK
     fi
     err="$dir/$program.stderr"
     t=$SECONDS
-    out="$(GRPC_CHECKS="${checks[*]}" GRPC_RUN_ID="$BASE_RUN_ID$sdk" GRPC_LOG_DIR="$dir" \
+    out="$(GRPC_CHECKS="${checks[*]}" GRPC_RUN_ID="$BASE_RUN_ID$sdk" GRPC_LOG_DIR="$dir" GRPC_TLS="$(tls_of "$sdk")" \
       timeout -k 10 "$TEST_TIMEOUT" bash "$script" run "$program" 2>"$err")"
     rc=$?
     echo "grpc.sh: $sdk $program took $((SECONDS - t)) s (exit $rc)" >&2

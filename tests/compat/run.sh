@@ -11,9 +11,11 @@
 #   COMPAT_MQADMIN_CLIENTS  tools versions for the mqadmin checks, default "rmq5"; "rmq5 rmq4" adds 4.9.x
 #                        (4.9.x clusterList needs getTransferedTps in the broker runtime info, which the
 #                        Apache 5.x broker no longer reports)
-#   COMPAT_SCENARIOS     scenario letters to run, default "abcdefghijkl" (a-f basic, g retry+DLQ, h delay levels,
-#                        i timer messages (5.x only), j transactions, k orderly, l broadcasting; the Go client runs
-#                        a, g, h, l; f includes the restart)
+#   COMPAT_SCENARIOS     scenario letters to run, default "abcdefghijklt" (a-f basic, g retry+DLQ, h delay levels,
+#                        i timer messages (5.x only), j transactions, k orderly, l broadcasting, t scenario (a) with
+#                        2,000 messages over TLS (-Dtls.enable=true, the clients' own switch; the server's
+#                        certificate is not checked, their default); the Go client runs a, g, h, l; f includes the
+#                        restart)
 #   COMPAT_DELAY_LEVELS  the broker's delay levels (messageDelayLevel syntax) for the timing checks of g and h;
 #                        default "1s 2s ... 18s" (level n = n seconds), what run-against-standalone.sh configures
 #   COMPAT_TIMEOUT_SECS  per-wait timeout inside the programs (default 60-180 s depending on the wait)
@@ -30,7 +32,7 @@ HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 OUT="${CONVEYOR_CACHE:-$HOME/.cache/conveyor}/compat"
 CLIENTS="${COMPAT_CLIENTS:-rmq4 rmq5 go mqadmin}"
 MQADMIN_CLIENTS="${COMPAT_MQADMIN_CLIENTS:-rmq5}"
-SCENARIOS="${COMPAT_SCENARIOS:-abcdefghijkl}"
+SCENARIOS="${COMPAT_SCENARIOS:-abcdefghijklt}"
 export COMPAT_DELAY_LEVELS="${COMPAT_DELAY_LEVELS:-1s 2s 3s 4s 5s 6s 7s 8s 9s 10s 11s 12s 13s 14s 15s 16s 17s 18s}"
 TEST_TIMEOUT="${COMPAT_TEST_TIMEOUT:-600}"
 
@@ -59,7 +61,7 @@ fail() { echo "FAIL $1: $2"; FAILED=$((FAILED + 1)); REPORTED["$1"]=1; }
 # The scenarios each client runs: letter:name (Java: letter:class). run_java_client and run_go_client run
 # exactly these, and expected_checks derives the list of checks that must report from them.
 JAVA_SCENARIOS="a:SendReceive b:SplitGroup c:LitePull d:QueryMessage e:TagFilter g:RetryDlq h:DelayLevels \
-i:TimerMessages j:Transactions k:Orderly l:Broadcast"
+i:TimerMessages j:Transactions k:Orderly l:Broadcast t:SendReceive"
 GO_SCENARIOS="a:send-receive e:e-tag-filter g:g-retry-dlq h:h-delay-levels l:l-broadcast"
 MQADMIN_CHECKS="clusterList updateTopic topicList topicRoute topicStatus consumerProgress skipAccumulatedMessage consumerProgress-skipped resetOffsetByTime consumerProgress-rewound updateBrokerConfig-readOnly getBrokerConfig updateBrokerConfig-readWrite wipeWritePerm topicRoute-wiped addWritePerm topicRoute-writable"
 
@@ -117,7 +119,7 @@ scenario_name() {
   case "$1" in
     a) echo send-receive ;; b) echo split-group ;; c) echo lite-pull ;; d) echo query-message ;;
     e) echo tag-filter ;; g) echo retry-dlq ;; h) echo delay-levels ;; i) echo timer-messages ;;
-    j) echo transactions ;; k) echo orderly ;; l) echo broadcast ;;
+    j) echo transactions ;; k) echo orderly ;; l) echo broadcast ;; t) echo send-receive-tls ;;
   esac
 }
 
@@ -180,7 +182,12 @@ run_java_client() {
     class="${letter#*:}"
     letter="${letter%%:*}"
     java_runs "$p" "$letter" || continue
-    java_cmd "$p" "conveyor.compat.$class"
+    if [[ "$letter" == t ]]; then
+      # Scenario (a) again, every connection (name server and broker) over TLS.
+      java_cmd "$p" -Dtls.enable=true "conveyor.compat.$class" 2000
+    else
+      java_cmd "$p" "conveyor.compat.$class"
+    fi
     run_program "$prefix/$letter-$(scenario_name "$letter")" "${JAVA_ARGV[@]}"
   done
   want f || return 0

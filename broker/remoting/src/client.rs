@@ -27,6 +27,10 @@ use tracing::{debug, warn};
 use crate::codec::{CodecError, RemotingCodec};
 use crate::error::{RemotingError, Result};
 
+/// A connection's byte stream: TCP, or TLS over it.
+trait Io: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin {}
+impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin> Io for T {}
+
 /// Transport settings.
 #[derive(Debug, Clone)]
 pub struct RemotingConfig {
@@ -38,6 +42,8 @@ pub struct RemotingConfig {
     pub max_frame_size: usize,
     /// Frames that may wait for the writer task per connection before senders wait.
     pub write_queue: usize,
+    /// Connect with TLS (default: what [`crate::tls::set_client_tls`] said for the process).
+    pub tls: bool,
 }
 
 impl Default for RemotingConfig {
@@ -47,6 +53,7 @@ impl Default for RemotingConfig {
             request_timeout: Duration::from_secs(3),
             max_frame_size: DEFAULT_MAX_FRAME_SIZE,
             write_queue: 4096,
+            tls: crate::tls::client_tls(),
         }
     }
 }
@@ -374,8 +381,26 @@ impl RemotingClient {
         if let Ok(local) = stream.local_addr() {
             *lock(&self.inner.local_ip) = Some(local.ip());
         }
-        debug!(addr, "connected");
-        let framed = Framed::new(stream, RemotingCodec(self.inner.codec));
+        debug!(addr, tls = self.inner.config.tls, "connected");
+        let io: Box<dyn Io> = if self.inner.config.tls {
+            let host = addr.rsplit_once(':').map_or(addr, |(h, _)| h);
+            let name = rustls::pki_types::ServerName::try_from(host.to_string())
+                .unwrap_or_else(|_| rustls::pki_types::ServerName::try_from("localhost").unwrap());
+            let tls = tokio::time::timeout(timeout, crate::tls::connector().connect(name, stream))
+                .await
+                .map_err(|_| RemotingError::ConnectTimeout {
+                    addr: addr.to_string(),
+                    timeout,
+                })?
+                .map_err(|source| RemotingError::Connect {
+                    addr: addr.to_string(),
+                    source,
+                })?;
+            Box::new(tls)
+        } else {
+            Box::new(stream)
+        };
+        let framed = Framed::new(io, RemotingCodec(self.inner.codec));
         let (mut sink, mut stream) = framed.split();
         let (tx, mut rx) = mpsc::channel::<RemotingCommand>(self.inner.config.write_queue.max(1));
         let conn = Arc::new(Connection {

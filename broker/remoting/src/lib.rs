@@ -3,6 +3,7 @@
 //!
 //! - [`codec`]: the tokio-util framing over the protocol crate's frame codec, used by every
 //!   connection on both sides.
+//! - [`tls`]: TLS of the clients' connections (process-wide, as RocketMQ's `tls.enable`).
 //! - [`client`]: the pooled, multiplexed request/response client (producers, consumers, admin
 //!   tools, and the broker's persistent connections to its name servers).
 //!
@@ -15,6 +16,7 @@
 pub mod client;
 pub mod codec;
 pub mod error;
+pub mod tls;
 
 pub use client::{
     channel_handler, expect_success, RemotingClient, RemotingConfig, ServerRequest,

@@ -131,6 +131,16 @@ fn advertise(local: SocketAddr) -> String {
 pub async fn start(mut cfg: AppConfig) -> Result<Running, StartError> {
     let shutdown = CancellationToken::new();
     let mut tasks = JoinSet::new();
+    // The name server's and broker's remoting ports: TLS beside plaintext unless told
+    // otherwise (RocketMQ's default `tls.server.mode`); loaded now, so a bad certificate
+    // fails the start.
+    let remoting_tls = crate::tls::Acceptor::new(&cfg.tls, &[])?;
+    if cfg.tls.mode == crate::tls::TlsMode::Enforcing {
+        // Peers enforce it too: this process's own connections (registration, controller,
+        // relays, slave synchronisation) go over TLS, as RocketMQ's `tls.enable`. Never
+        // turned off here: another server of this process may need it.
+        conveyor_remoting::tls::set_client_tls(true);
+    }
     let mut running = Running {
         namesrv_addr: None,
         controller_addr: None,
@@ -159,7 +169,13 @@ pub async fn start(mut cfg: AppConfig) -> Result<Running, StartError> {
             let (c, stop) = (controller.clone(), shutdown.clone());
             tasks.spawn(async move { c.run_detection(stop).await });
         }
-        tasks.spawn(serve(listener, controller, shutdown.clone(), cfg.limits));
+        tasks.spawn(serve(
+            listener,
+            remoting_tls.clone(),
+            controller,
+            shutdown.clone(),
+            cfg.limits,
+        ));
         tracing::info!(%addr, "controller listening");
     }
     if matches!(cfg.role, Role::NameServer | Role::Standalone) {
@@ -173,7 +189,13 @@ pub async fn start(mut cfg: AppConfig) -> Result<Running, StartError> {
         let kv = KvConfig::load(&cfg.store.root.join("namesrv")).map_err(StartError::NameServer)?;
         let ns = NameServer::new(addr.port(), kv);
         tasks.spawn(ns.clone().run_expiry(shutdown.clone()));
-        tasks.spawn(serve(listener, ns, shutdown.clone(), cfg.limits));
+        tasks.spawn(serve(
+            listener,
+            remoting_tls.clone(),
+            ns,
+            shutdown.clone(),
+            cfg.limits,
+        ));
         tracing::info!(%addr, "name server listening");
         if cfg.role == Role::Standalone && cfg.broker.namesrv_addrs.is_empty() {
             cfg.broker.namesrv_addrs = vec![advertise(addr)];
@@ -225,7 +247,13 @@ pub async fn start(mut cfg: AppConfig) -> Result<Running, StartError> {
         );
         tasks.spawn(broker.clone().run_slave_sync(shutdown.clone()));
         running.replication_addr = Some(ha_addr);
-        tasks.spawn(serve(listener, broker, shutdown.clone(), cfg.limits));
+        tasks.spawn(serve(
+            listener,
+            remoting_tls.clone(),
+            broker,
+            shutdown.clone(),
+            cfg.limits,
+        ));
         tracing::info!(%addr, advertised = %cfg.broker.advertised_addr, "broker listening");
         if let (Some(grpc), Some(broker)) = (cfg.grpc_listen, running.broker.clone()) {
             // gRPC over TLS needs HTTP/2 chosen by ALPN (grpc-java refuses the connection

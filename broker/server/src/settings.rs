@@ -14,7 +14,7 @@ use std::time::Duration;
 use clap::{Args, ValueEnum};
 use conveyor_settings::{
     BrokerRole, BrokerSection, FlushMode, GrpcSection, HttpSection, NamesrvSection, ParseError,
-    ReplicationSection, Settings, StoreSection,
+    ReplicationSection, Settings, StoreSection, TlsSection,
 };
 use conveyor_store::StoreConfig;
 
@@ -93,17 +93,17 @@ pub struct ServerArgs {
     /// disables). Served by brokers (and `standalone`).
     #[arg(long, env = "CONVEYOR_GRPC_LISTEN")]
     pub grpc_listen: Option<String>,
-    /// TLS on the gRPC port: permissive (TLS and plaintext, the default), enforcing (TLS
-    /// only) or off.
-    #[arg(long, env = "CONVEYOR_GRPC_TLS_MODE")]
-    pub grpc_tls_mode: Option<String>,
-    /// PEM certificate chain for the gRPC port's TLS, re-read when it changes (default: a
-    /// self-signed certificate generated at start).
-    #[arg(long, env = "CONVEYOR_GRPC_TLS_CERT_FILE")]
-    pub grpc_tls_cert_file: Option<PathBuf>,
-    /// PEM private key of `--grpc-tls-cert-file`.
-    #[arg(long, env = "CONVEYOR_GRPC_TLS_KEY_FILE")]
-    pub grpc_tls_key_file: Option<PathBuf>,
+    /// TLS on the client ports (name server, broker, gRPC): permissive (TLS and plaintext,
+    /// the default), enforcing (TLS only) or off.
+    #[arg(long, env = "CONVEYOR_TLS_MODE")]
+    pub tls_mode: Option<String>,
+    /// PEM certificate chain for TLS, re-read when it changes (default: a self-signed
+    /// certificate generated at start).
+    #[arg(long, env = "CONVEYOR_TLS_CERT_FILE")]
+    pub tls_cert_file: Option<PathBuf>,
+    /// PEM private key of `--tls-cert-file`.
+    #[arg(long, env = "CONVEYOR_TLS_KEY_FILE")]
+    pub tls_key_file: Option<PathBuf>,
     /// Address clients use to reach the broker (default: the listen address, 127.0.0.1 when
     /// listening on all interfaces).
     #[arg(long, env = "CONVEYOR_ADVERTISED_ADDR")]
@@ -265,10 +265,12 @@ impl ServerArgs {
             },
             grpc: GrpcSection {
                 listen: self.grpc_listen.clone(),
-                tls_mode: self.grpc_tls_mode.clone(),
-                tls_cert_file: self.grpc_tls_cert_file.clone(),
-                tls_key_file: self.grpc_tls_key_file.clone(),
                 ..Default::default()
+            },
+            tls: TlsSection {
+                mode: self.tls_mode.clone(),
+                cert_file: self.tls_cert_file.clone(),
+                key_file: self.tls_key_file.clone(),
             },
             replication: ReplicationSection {
                 listen: self.replication_listen,
@@ -281,28 +283,23 @@ impl ServerArgs {
     }
 }
 
-/// The gRPC port's TLS from `[grpc] tls-mode`, `tls-cert-file` and `tls-key-file`: the two
-/// files go together.
-fn grpc_tls(
-    mode: Option<String>,
-    cert: Option<PathBuf>,
-    key: Option<PathBuf>,
-) -> Result<crate::tls::TlsConfig, SettingsError> {
+/// TLS from `[tls]`: the certificate and key files go together.
+fn tls_config(tls: TlsSection) -> Result<crate::tls::TlsConfig, SettingsError> {
     use crate::tls::{CertSource, TlsConfig};
-    let mode = match mode {
+    let mode = match tls.mode {
         Some(m) => m.parse().map_err(|reason| SettingsError::Invalid {
-            key: "grpc.tls-mode",
+            key: "tls.mode",
             reason,
         })?,
         None => Default::default(),
     };
-    let cert = match (cert, key) {
+    let cert = match (tls.cert_file, tls.key_file) {
         (None, None) => CertSource::SelfSigned,
         (Some(cert), Some(key)) => CertSource::Files { cert, key },
         (Some(_), None) | (None, Some(_)) => {
             return Err(SettingsError::Invalid {
-                key: "grpc.tls-cert-file",
-                reason: "tls-cert-file and tls-key-file are given together".into(),
+                key: "tls.cert-file",
+                reason: "cert-file and key-file are given together".into(),
             })
         }
     };
@@ -337,6 +334,7 @@ pub fn app_config(role: Role, settings: Settings) -> Result<AppConfig, SettingsE
         store: s,
         http,
         grpc,
+        tls,
         replication: r,
         controller: c,
     } = settings;
@@ -448,7 +446,7 @@ pub fn app_config(role: Role, settings: Settings) -> Result<AppConfig, SettingsE
             None => dg.push_invisible_ms,
         },
     };
-    let tls = grpc_tls(grpc.tls_mode, grpc.tls_cert_file, grpc.tls_key_file)?;
+    let tls = tls_config(tls)?;
     // A role's listen address comes from its own section; the other one keeps the default.
     let namesrv_listen = match role {
         Role::NameServer | Role::Standalone => namesrv.listen.unwrap_or(default_ns),

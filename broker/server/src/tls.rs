@@ -28,8 +28,8 @@ use tokio::net::TcpStream;
 
 /// First byte of a TLS connection: the handshake record type.
 const TLS_HANDSHAKE: u8 = 0x16;
-/// How long a new connection may take to send its first byte and finish a handshake.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a TLS handshake may take once the client started it.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// How often the certificate files are looked at for a change.
 const RELOAD_CHECK: Duration = Duration::from_secs(1);
 
@@ -146,29 +146,31 @@ impl Acceptor {
     }
 
     /// Takes a new connection: plaintext as it is (when the mode allows it), TLS after its
-    /// handshake. An error means the connection is to be dropped (a plaintext client on an
-    /// enforcing port, a failed or too slow handshake); it never concerns other connections.
-    pub async fn accept(&self, tcp: TcpStream) -> io::Result<MaybeTls> {
+    /// handshake. The client has `first_byte` to start talking (an idle plaintext client of
+    /// a permissive port is told apart only by its first byte), then 10 s for the handshake.
+    /// An error means the connection is to be dropped (a plaintext client on an enforcing
+    /// port, a failed or too slow handshake); it never concerns other connections.
+    pub async fn accept(&self, tcp: TcpStream, first_byte: Duration) -> io::Result<MaybeTls> {
         let Some(tls) = &self.tls else {
             return Ok(MaybeTls::Plain(tcp));
         };
-        let handshake = async {
-            let is_tls = {
-                let mut first = [0u8; 1];
-                tcp.peek(&mut first).await? == 1 && first[0] == TLS_HANDSHAKE
-            };
-            match (is_tls, self.mode) {
-                (true, _) => Ok(MaybeTls::Tls(Box::new(tls.accept(tcp).await?))),
-                (false, TlsMode::Enforcing) => Err(io::Error::new(
-                    io::ErrorKind::PermissionDenied,
-                    "plaintext connection on a TLS-only port",
-                )),
-                (false, _) => Ok(MaybeTls::Plain(tcp)),
-            }
-        };
-        tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake)
-            .await
-            .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "TLS handshake timed out"))?
+        let is_tls = tokio::time::timeout(first_byte, async {
+            let mut first = [0u8; 1];
+            io::Result::Ok(tcp.peek(&mut first).await? == 1 && first[0] == TLS_HANDSHAKE)
+        })
+        .await
+        .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "the client sent nothing"))??;
+        match (is_tls, self.mode) {
+            (true, _) => tokio::time::timeout(HANDSHAKE_TIMEOUT, tls.accept(tcp))
+                .await
+                .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "TLS handshake timed out"))?
+                .map(|s| MaybeTls::Tls(Box::new(s))),
+            (false, TlsMode::Enforcing) => Err(io::Error::new(
+                io::ErrorKind::PermissionDenied,
+                "plaintext connection on a TLS-only port",
+            )),
+            (false, _) => Ok(MaybeTls::Plain(tcp)),
+        }
     }
 }
 
@@ -179,11 +181,22 @@ fn self_signed(provider: &CryptoProvider) -> Result<CertifiedKey, TlsError> {
         "127.0.0.1".to_string(),
         "::1".to_string(),
     ];
-    let generated =
-        rcgen::generate_simple_self_signed(names).map_err(|e| TlsError::Generate(e.to_string()))?;
-    let key = PrivateKeyDer::try_from(generated.signing_key.serialize_der())
+    let generate = || -> Result<_, rcgen::Error> {
+        let mut params = rcgen::CertificateParams::new(names)?;
+        // A host name as subject: clients that trust this certificate by pinning it name
+        // the server after its subject (gRPC's `ssl_target_name_override`), and that name
+        // goes out as SNI, which must be a DNS name.
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, "localhost");
+        let key = rcgen::KeyPair::generate()?;
+        let cert = params.self_signed(&key)?;
+        Ok((cert, key))
+    };
+    let (cert, key) = generate().map_err(|e| TlsError::Generate(e.to_string()))?;
+    let key = PrivateKeyDer::try_from(key.serialize_der())
         .map_err(|e| TlsError::Generate(e.to_string()))?;
-    certified(vec![generated.cert.der().clone()], key, provider)
+    certified(vec![cert.der().clone()], key, provider)
 }
 
 /// The chain and key as rustls signs with them, checked to belong together.
@@ -324,6 +337,97 @@ impl MaybeTls {
     /// Whether the connection is TLS.
     pub fn is_tls(&self) -> bool {
         matches!(self, Self::Tls(_))
+    }
+
+    /// Separate read and write halves, for a reader and a writer task. Plaintext keeps
+    /// TCP's own halves (no lock between them on the hot path).
+    pub fn into_split(self) -> (ReadHalf, WriteHalf) {
+        match self {
+            Self::Plain(s) => {
+                let (r, w) = s.into_split();
+                (ReadHalf::Plain(r), WriteHalf::Plain(w))
+            }
+            Self::Tls(s) => {
+                let (r, w) = tokio::io::split(*s);
+                (ReadHalf::Tls(r), WriteHalf::Tls(w))
+            }
+        }
+    }
+}
+
+/// The read half of a [`MaybeTls`].
+#[derive(Debug)]
+pub enum ReadHalf {
+    /// Plaintext.
+    Plain(tokio::net::tcp::OwnedReadHalf),
+    /// TLS.
+    Tls(tokio::io::ReadHalf<tokio_rustls::server::TlsStream<TcpStream>>),
+}
+
+/// The write half of a [`MaybeTls`].
+#[derive(Debug)]
+pub enum WriteHalf {
+    /// Plaintext.
+    Plain(tokio::net::tcp::OwnedWriteHalf),
+    /// TLS.
+    Tls(tokio::io::WriteHalf<tokio_rustls::server::TlsStream<TcpStream>>),
+}
+
+impl AsyncRead for ReadHalf {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Self::Plain(s) => Pin::new(s).poll_read(cx, buf),
+            Self::Tls(s) => Pin::new(s).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for WriteHalf {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Self::Plain(s) => Pin::new(s).poll_write(cx, buf),
+            Self::Tls(s) => Pin::new(s).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Self::Plain(s) => Pin::new(s).poll_flush(cx),
+            Self::Tls(s) => Pin::new(s).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Self::Plain(s) => Pin::new(s).poll_shutdown(cx),
+            Self::Tls(s) => Pin::new(s).poll_shutdown(cx),
+        }
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Self::Plain(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+            Self::Tls(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        match self {
+            Self::Plain(s) => s.is_write_vectored(),
+            Self::Tls(s) => s.is_write_vectored(),
+        }
     }
 }
 

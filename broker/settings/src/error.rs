@@ -6,7 +6,7 @@ use serde::de::DeserializeOwned;
 
 use crate::sections::{
     BrokerSection, ControllerSection, GrpcSection, HttpSection, NamesrvSection, ReplicationSection,
-    StoreSection,
+    StoreSection, TlsSection,
 };
 use crate::SECTIONS;
 
@@ -87,6 +87,7 @@ pub(crate) fn diagnose(text: &str, err: &toml::de::Error) -> ParseError {
             "store" => check::<StoreSection>(value),
             "http" => check::<HttpSection>(value),
             "grpc" => check::<GrpcSection>(value),
+            "tls" => check::<TlsSection>(value),
             "replication" => check::<ReplicationSection>(value),
             "controller" => check::<ControllerSection>(value),
             _ => {

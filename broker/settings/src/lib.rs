@@ -1,7 +1,7 @@
 //! The typed model of Conveyor's TOML settings file (`conveyor … --config FILE`).
 //!
 //! One struct per section — [`NamesrvSection`] (`[namesrv]`), [`BrokerSection`] (`[broker]`),
-//! [`StoreSection`] (`[store]`), [`HttpSection`] (`[http]`), [`GrpcSection`] (`[grpc]`), [`ReplicationSection`]
+//! [`StoreSection`] (`[store]`), [`HttpSection`] (`[http]`), [`GrpcSection`] (`[grpc]`), [`TlsSection`] (`[tls]`), [`ReplicationSection`]
 //! (`[replication]`) — gathered in [`Settings`]. Every
 //! field is an `Option`: `None` means "not set at this layer", so the same types describe the
 //! file, the command line and the environment, and layers combine with one `or` per section
@@ -24,7 +24,7 @@ mod values;
 pub use error::ParseError;
 pub use sections::{
     BrokerSection, ControllerSection, GrpcSection, HttpSection, NamesrvSection, ReplicationSection,
-    StoreSection,
+    StoreSection, TlsSection,
 };
 pub use values::{BrokerRole, FlushMode, SlaveAck};
 
@@ -49,6 +49,9 @@ pub struct Settings {
     /// `[grpc]`: the RocketMQ 5.x gRPC endpoint.
     #[serde(skip_serializing_if = "GrpcSection::is_empty")]
     pub grpc: GrpcSection,
+    /// `[tls]`: TLS on the client ports.
+    #[serde(skip_serializing_if = "TlsSection::is_empty")]
+    pub tls: TlsSection,
     /// `[replication]`: master/slave replication.
     #[serde(skip_serializing_if = "ReplicationSection::is_empty")]
     pub replication: ReplicationSection,
@@ -58,12 +61,13 @@ pub struct Settings {
 }
 
 /// Names of the sections, as written in the file.
-pub const SECTIONS: [&str; 7] = [
+pub const SECTIONS: [&str; 8] = [
     "namesrv",
     "broker",
     "store",
     "http",
     "grpc",
+    "tls",
     "replication",
     "controller",
 ];
@@ -78,6 +82,7 @@ impl Settings {
             store: self.store.or(lower.store),
             http: self.http.or(lower.http),
             grpc: self.grpc.or(lower.grpc),
+            tls: self.tls.or(lower.tls),
             replication: self.replication.or(lower.replication),
             controller: self.controller.or(lower.controller),
         }
@@ -90,6 +95,7 @@ impl Settings {
             && self.store.is_empty()
             && self.http.is_empty()
             && self.grpc.is_empty()
+            && self.tls.is_empty()
             && self.replication.is_empty()
             && self.controller.is_empty()
     }

@@ -294,18 +294,26 @@ section! {
         /// renewal; the endpoint renews it shortly before that ends until the client answers
         /// (the proxy's `defaultInvisibleTimeMills`). 1000 … 43200000. Default `60000`.
         pub push_invisible_ms: u64,
-        /// `tls-mode`: `"permissive"` (TLS and plaintext on the port, told apart by the
-        /// first byte, as Apache's proxy serves), `"enforcing"` (TLS only) or `"off"`
-        /// (plaintext only). Flag `--grpc-tls-mode`. Default `"permissive"`.
-        pub tls_mode: String,
-        /// `tls-cert-file`: PEM certificate chain (leaf first) served to TLS clients,
-        /// re-read when it changes; with `tls-key-file`. Unset: a self-signed certificate
-        /// generated at start (the proxy's `tlsTestModeEnable`; the SDKs do not verify it).
-        /// Flag `--grpc-tls-cert-file`.
-        pub tls_cert_file: PathBuf,
-        /// `tls-key-file`: the PEM private key of `tls-cert-file` (PKCS#8, PKCS#1 or
-        /// SEC1), re-read when it changes. Flag `--grpc-tls-key-file`.
-        pub tls_key_file: PathBuf,
+    }
+}
+
+section! {
+    /// `[tls]`: TLS on the client ports: the name server's and the broker's remoting ports and
+    /// the gRPC port (RocketMQ's `tls.server.*` system properties).
+    pub struct TlsSection {
+        /// `mode`: `"permissive"` (TLS and plaintext on each port, told apart by the first
+        /// byte, as Apache RocketMQ's servers do by default), `"enforcing"` (TLS only) or
+        /// `"off"` (plaintext only; RocketMQ's `disabled`). Flag `--tls-mode`. Default
+        /// `"permissive"`.
+        pub mode: String,
+        /// `cert-file`: PEM certificate chain (leaf first) served to TLS clients, re-read when
+        /// it changes; with `key-file`. Unset: a self-signed certificate generated at start
+        /// (RocketMQ's `tlsTestModeEnable`; clients that do not verify it, as RocketMQ's by
+        /// default, connect). Flag `--tls-cert-file`.
+        pub cert_file: PathBuf,
+        /// `key-file`: the PEM private key of `cert-file` (PKCS#8, PKCS#1 or SEC1), re-read
+        /// when it changes. Flag `--tls-key-file`.
+        pub key_file: PathBuf,
     }
 }
 

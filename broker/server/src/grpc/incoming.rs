@@ -49,7 +49,7 @@ pub fn connections(
             let _ = tcp.set_nodelay(true);
             let (acceptor, tx) = (acceptor.clone(), tx.clone());
             tokio::spawn(async move {
-                match acceptor.accept(tcp).await {
+                match acceptor.accept(tcp, crate::tls::HANDSHAKE_TIMEOUT).await {
                     Ok(conn) => {
                         let _ = tx.send(Ok(conn)).await;
                     }

@@ -24,6 +24,8 @@ use futures_util::{FutureExt, SinkExt, StreamExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, Semaphore};
 use tokio_util::codec::{FramedRead, FramedWrite};
+
+use crate::tls::{Acceptor, MaybeTls, WriteHalf};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -94,6 +96,7 @@ pub trait Processor: Send + Sync + 'static {
 /// requests in flight to finish.
 pub async fn serve<P: Processor>(
     listener: TcpListener,
+    acceptor: Acceptor,
     processor: Arc<P>,
     shutdown: CancellationToken,
     limits: ServeLimits,
@@ -118,8 +121,19 @@ pub async fn serve<P: Processor>(
                     let processor = processor.clone();
                     let shutdown = shutdown.clone();
                     let inner = tracker.clone();
+                    let acceptor = acceptor.clone();
                     tracker.spawn(async move {
-                        handle_connection(stream, processor, shutdown, inner, limits).await;
+                        // TLS or plaintext, as the port's mode allows ([`crate::tls`]).
+                        let accepted = tokio::select! {
+                            a = acceptor.accept(stream, limits.idle_timeout) => a,
+                            _ = shutdown.cancelled() => return,
+                        };
+                        match accepted {
+                            Ok(stream) => {
+                                handle_connection(stream, processor, shutdown, inner, limits).await
+                            }
+                            Err(e) => tracing::debug!(%peer, error = %e, "connection refused"),
+                        }
                         drop(slot);
                     });
                 }
@@ -168,16 +182,16 @@ async fn refuse(stream: TcpStream, limits: ServeLimits) {
 }
 
 async fn handle_connection<P: Processor>(
-    stream: TcpStream,
+    stream: MaybeTls,
     processor: Arc<P>,
     shutdown: CancellationToken,
     tracker: TaskTracker,
     limits: ServeLimits,
 ) {
-    let (Ok(peer), Ok(local)) = (stream.peer_addr(), stream.local_addr()) else {
+    let (Ok(peer), Ok(local)) = (stream.tcp().peer_addr(), stream.tcp().local_addr()) else {
         return;
     };
-    let _ = stream.set_nodelay(true);
+    let _ = stream.tcp().set_nodelay(true);
     let (read_half, write_half) = stream.into_split();
     let codec = RemotingCodec(conveyor_protocol::frame::FrameCodec::new(
         limits.max_frame_size,
@@ -302,7 +316,7 @@ async fn within<T, E>(
 /// connection keeps serving; only a socket error or the timeout ends the writer. The command's
 /// budget is released once it is in the write buffer.
 async fn feed(
-    writer: &mut FramedWrite<tokio::net::tcp::OwnedWriteHalf, RemotingCodec>,
+    writer: &mut FramedWrite<WriteHalf, RemotingCodec>,
     out: Outgoing,
     timeout: Duration,
 ) -> Result<(), WriteFailed> {

@@ -9,12 +9,14 @@ import org.apache.rocketmq.tools.admin.DefaultMQAdminExt;
 /**
  * Scenario (a): 10,000 messages (4,000 sync, 4,000 async, 2,000 oneway) with keys, tags and user properties;
  * one clustering push consumer must receive every message with identical body, keys, tags and properties.
- * Optional argument: total message count (default 10000).
+ * Optional argument: total message count (default 10000). With -Dtls.enable=true (the clients' TLS switch) it is
+ * scenario (t), every connection over TLS.
  */
 public final class SendReceive {
     public static void main(String[] args) {
         int total = args.length > 0 ? Integer.parseInt(args[0]) : 10_000;
-        Common.run("a-send-receive", diag -> {
+        String scenario = Boolean.getBoolean("tls.enable") ? "t-send-receive-tls" : "a-send-receive";
+        Common.run(scenario, diag -> {
             String run = Common.newRunId();
             String topic = Common.name("t", "a", run);
             String group = Common.name("g", "a", run);

@@ -1,7 +1,8 @@
-//! TLS on the gRPC port: by default TLS and plaintext clients side by side (the 5.x SDKs
-//! connect with TLS unless told otherwise, as Apache's proxy allows), HTTP/2 chosen by ALPN;
-//! in enforcing mode plaintext refused; a certificate given as files served, and its
+//! TLS on the client ports. gRPC: by default TLS and plaintext clients side by side (the 5.x
+//! SDKs connect with TLS unless told otherwise, as Apache's proxy allows), HTTP/2 chosen by
+//! ALPN; in enforcing mode plaintext refused; a certificate given as files served, and its
 //! replacement served to new connections without a restart while open ones keep working.
+//! Remoting (name server and broker): the same modes, a request answered over TLS.
 
 mod common;
 
@@ -10,11 +11,15 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{TestServer, DEADLINE};
+use common::{RawConn, Read, TestServer, DEADLINE};
 use conveyor::tls::{CertSource, TlsConfig, TlsMode};
 use conveyor_grpc_api::tonic::{self, metadata::MetadataValue, transport::Endpoint, Request};
 use conveyor_grpc_api::v2::{self as pb, messaging_service_client::MessagingServiceClient, Code};
+use conveyor_protocol::code::{request_code, response_code};
+use conveyor_protocol::command::RemotingCommand;
+use conveyor_protocol::frame::{encode_frame, FrameCodec};
 use rustls::pki_types::{CertificateDer, ServerName};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
@@ -263,4 +268,82 @@ async fn enforcing_mode_refuses_plaintext_and_serves_the_given_certificate_reloa
         .expect("handshake verified against the second CA");
     // The connection opened before the rotation keeps working.
     assert_eq!(query_route(&mut open).await.unwrap(), Code::Ok as i32);
+}
+
+/// One remoting request over TLS to `addr` (as RocketMQ's clients with `tls.enable=true`);
+/// the response.
+async fn remoting_over_tls(
+    addr: &str,
+    config: Arc<rustls::ClientConfig>,
+    cmd: RemotingCommand,
+) -> std::io::Result<RemotingCommand> {
+    let tcp = TcpStream::connect(addr).await?;
+    let mut tls = tokio_rustls::TlsConnector::from(config)
+        .connect(ServerName::try_from("localhost").unwrap(), tcp)
+        .await?;
+    tls.write_all(&encode_frame(&cmd).unwrap()).await?;
+    tls.flush().await?;
+    let (mut buf, codec) = (bytes::BytesMut::new(), FrameCodec::default());
+    loop {
+        if let Some(r) = codec.decode(&mut buf).unwrap() {
+            return Ok(r);
+        }
+        let mut chunk = [0u8; 4096];
+        let n = tokio::time::timeout(DEADLINE, tls.read(&mut chunk)).await??;
+        if n == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    }
+}
+
+fn route_request() -> RemotingCommand {
+    RemotingCommand::request(request_code::GET_ROUTEINFO_BY_TOPIC, Default::default())
+        .with_ext("topic", "TBW102")
+}
+
+#[tokio::test]
+async fn remoting_ports_answer_tls_and_plaintext_clients_by_default() {
+    let server = TestServer::start().await;
+    let running = server.running.as_ref().unwrap();
+    let (ns, broker) = (
+        running.namesrv_addr.unwrap().to_string(),
+        running.broker_addr.unwrap().to_string(),
+    );
+    let r = remoting_over_tls(&ns, client_config(None), route_request())
+        .await
+        .expect("route over TLS from the name server");
+    assert_eq!(r.code, response_code::SUCCESS, "{:?}", r.remark);
+    let heartbeat = common::producer_heartbeat("tls-client", "tls-group");
+    let r = remoting_over_tls(&broker, client_config(None), heartbeat)
+        .await
+        .expect("heartbeat over TLS to the broker");
+    assert_eq!(r.code, response_code::SUCCESS, "{:?}", r.remark);
+    let mut plain = RawConn::connect(&ns).await;
+    assert_eq!(
+        plain.request(route_request()).await.code,
+        response_code::SUCCESS
+    );
+}
+
+#[tokio::test]
+async fn enforcing_remoting_ports_close_plaintext_connections() {
+    let server = TestServer::start_with(|c| c.tls.mode = TlsMode::Enforcing).await;
+    let ns = server
+        .running
+        .as_ref()
+        .unwrap()
+        .namesrv_addr
+        .unwrap()
+        .to_string();
+    let mut plain = RawConn::connect(&ns).await;
+    plain.send(&route_request()).await.expect("write");
+    match plain.read(DEADLINE).await {
+        Read::Closed => {}
+        other => panic!("a plaintext client of an enforcing port got {other:?}"),
+    }
+    let r = remoting_over_tls(&ns, client_config(None), route_request())
+        .await
+        .expect("route over TLS");
+    assert_eq!(r.code, response_code::SUCCESS, "{:?}", r.remark);
 }
