@@ -20,11 +20,14 @@ Producers:send-normal send-fifo send-delay tx-commit tx-rollback tx-check-commit
 SimpleConsumers:simple-ack simple-redeliver simple-change-invisible-extend simple-change-invisible-ack simple-tag-filter
 PushConsumers:push-success push-failure-redelivery push-dlq
 FifoPush:push-fifo-order
+MixedGroup:mixed-pop-group
 PROGRAMS
     ;;
   run)
     log="${GRPC_LOG_DIR:?GRPC_LOG_DIR is not set}"
-    # The SDK logs to a file below the log directory, never to stdout.
+    # The SDK logs to a file below the log directory, never to stdout. MixedGroup runs remoting/*.java (the remoting
+    # client 5.3.3) in a child JVM on fetch.sh's java-rmq5.classpath.
+    export GRPC_RMQ5_CLASSPATH_FILE="$OUT/java-rmq5.classpath" GRPC_JAVA_DIR="$HERE"
     exec java -Xms64m -Xmx512m -Drocketmq.log.root="$log/sdk" -Dmq.consoleAppender.enabled=false \
       -Duser.home="$log/home" -cp "$(cat "$OUT/grpc-java.classpath")" "conveyor.grpc.${2:?program}"
     ;;

@@ -27,7 +27,7 @@ public final class Resources {
         String[][] topics = {
             {"normal", "NORMAL", "4"}, {"fifo", "FIFO", "4"}, {"delay", "DELAY", "4"}, {"tx", "TRANSACTION", "4"},
             {"simple", "NORMAL", "4"}, {"inv", "NORMAL", "4"}, {"tag", "NORMAL", "4"},
-            {"push", "NORMAL", "4"}, {"retry", "NORMAL", "4"}, {"fifopush", "FIFO", "4"},
+            {"push", "NORMAL", "4"}, {"retry", "NORMAL", "4"}, {"fifopush", "FIFO", "4"}, {"mixed", "NORMAL", "4"},
         };
         List<String> names = new ArrayList<>();
         for (String[] t : topics) {
@@ -45,7 +45,7 @@ public final class Resources {
             {"normal", "false", "-1"}, {"fifo", "true", "-1"}, {"delay", "false", "-1"}, {"tx", "false", "-1"},
             {"simple", "false", "-1"}, {"inv", "false", "-1"}, {"tag", "false", "-1"}, {"tagc", "false", "-1"},
             {"push", "false", "-1"}, {"retry", "false", Integer.toString(RETRY_MAX_TIMES)}, {"dlq", "false", "-1"},
-            {"fifopush", "true", "-1"},
+            {"fifopush", "true", "-1"}, {"mixed", "false", "-1"},
         };
         for (String[] g : groups) {
             StringBuilder sb = new StringBuilder("success\tupdateSubGroup -c " + cluster + " -g " + G.group(g[0]));
@@ -61,6 +61,10 @@ public final class Resources {
         for (String n : names) {
             out.add("\"brokerAddrs\"\ttopicRoute -t " + n);
         }
+        // MixedGroup's group pops its topic (SET_MESSAGE_REQUEST_MODE): a remoting DefaultMQPushConsumer of the group
+        // then gets POP from QUERY_ASSIGNMENT; -q 0: every consumer pops every queue.
+        out.add("consume mode\\[POP\\]\tsetConsumeMode -c " + cluster + " -t " + G.topic("mixed") + " -g "
+                + G.group("mixed") + " -m POP -q 0");
         for (String l : out) {
             System.out.println(l);
         }
