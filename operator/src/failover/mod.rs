@@ -158,10 +158,20 @@ impl Failover {
         self.entries().get(scope).map(|e| e.controller.clone())
     }
 
-    /// Serves brokers' controller requests on `listener` until `shutdown`.
+    /// Serves brokers' controller requests on `listener` until `shutdown`, TLS or plaintext
+    /// (brokers whose ports enforce TLS connect with TLS; the certificate is generated, as
+    /// brokers do not check it).
     pub async fn serve(self: Arc<Self>, listener: tokio::net::TcpListener) {
         let shutdown = self.shutdown.clone();
-        conveyor::remoting::serve(listener, self, shutdown, ServeLimits::default()).await;
+        let acceptor = match conveyor::tls::Acceptor::new(&conveyor::tls::TlsConfig::default(), &[])
+        {
+            Ok(a) => a,
+            Err(e) => {
+                tracing::error!(error = %e, "the controller's TLS could not be set up; not serving");
+                return;
+            }
+        };
+        conveyor::remoting::serve(listener, acceptor, self, shutdown, ServeLimits::default()).await;
     }
 }
 

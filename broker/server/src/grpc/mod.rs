@@ -278,10 +278,17 @@ impl MessagingEndpoint {
             }
             Some(PubSub::Subscription(s)) => {
                 let group = name(&s.group).to_string();
+                // The group's retry topic too, as every remoting clustering consumer
+                // subscribes it: a heartbeat replaces the group's subscriptions, and a group
+                // shared with remoting consumers must keep what they consume.
                 let subscription_data_set = s
                     .subscriptions
                     .iter()
                     .map(|e| subscription(name(&e.topic), e.expression.as_ref()))
+                    .chain(std::iter::once(subscription(
+                        &format!("%RETRY%{group}"),
+                        None,
+                    )))
                     .collect();
                 data.consumer_data_set = vec![ConsumerData {
                     consume_from_where: ConsumeFromWhere::LastOffset,

@@ -426,8 +426,17 @@ mod tests {
             max_frame_size: 1 << 20,
             ..ServeLimits::default()
         };
+        let plain = crate::tls::Acceptor::new(
+            &crate::tls::TlsConfig {
+                mode: crate::tls::TlsMode::Off,
+                ..Default::default()
+            },
+            &[],
+        )
+        .unwrap();
         let server = tokio::spawn(serve(
             listener,
+            plain,
             Arc::new(Oversized),
             shutdown.clone(),
             limits,
