@@ -28,14 +28,19 @@ pub fn client_tls() -> bool {
 
 /// The client side of TLS: no certificate check, the provider's signature checks kept.
 pub fn connector() -> tokio_rustls::TlsConnector {
+    tokio_rustls::TlsConnector::from(Arc::new(unverified_client_config()))
+}
+
+/// A rustls client configuration that accepts any server certificate (RocketMQ's clients'
+/// default), for this crate's connections and for tools and tests that speak TLS.
+pub fn unverified_client_config() -> rustls::ClientConfig {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let config = rustls::ClientConfig::builder_with_provider(provider.clone())
+    rustls::ClientConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
         .expect("ring supports the default protocol versions")
         .dangerous()
         .with_custom_certificate_verifier(Arc::new(AnyServer(provider)))
-        .with_no_client_auth();
-    tokio_rustls::TlsConnector::from(Arc::new(config))
+        .with_no_client_auth()
 }
 
 /// Accepts the server's certificate whatever it is (RocketMQ's `authServer=false`).

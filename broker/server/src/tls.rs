@@ -349,7 +349,7 @@ impl MaybeTls {
             }
             Self::Tls(s) => {
                 let (r, w) = tokio::io::split(*s);
-                (ReadHalf::Tls(r), WriteHalf::Tls(w))
+                (ReadHalf::Tls(Box::new(r)), WriteHalf::Tls(Box::new(w)))
             }
         }
     }
@@ -361,7 +361,7 @@ pub enum ReadHalf {
     /// Plaintext.
     Plain(tokio::net::tcp::OwnedReadHalf),
     /// TLS.
-    Tls(tokio::io::ReadHalf<tokio_rustls::server::TlsStream<TcpStream>>),
+    Tls(Box<tokio::io::ReadHalf<tokio_rustls::server::TlsStream<TcpStream>>>),
 }
 
 /// The write half of a [`MaybeTls`].
@@ -370,124 +370,78 @@ pub enum WriteHalf {
     /// Plaintext.
     Plain(tokio::net::tcp::OwnedWriteHalf),
     /// TLS.
-    Tls(tokio::io::WriteHalf<tokio_rustls::server::TlsStream<TcpStream>>),
+    Tls(Box<tokio::io::WriteHalf<tokio_rustls::server::TlsStream<TcpStream>>>),
 }
 
-impl AsyncRead for ReadHalf {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Self::Plain(s) => Pin::new(s).poll_read(cx, buf),
-            Self::Tls(s) => Pin::new(s).poll_read(cx, buf),
+/// Implements AsyncRead or AsyncWrite for an enum whose variants `Plain` and `Tls` each hold
+/// a stream of that kind (the TLS one boxed), by handing each call to the variant.
+macro_rules! delegate_io {
+    (read $t:ty) => {
+        impl AsyncRead for $t {
+            fn poll_read(
+                self: Pin<&mut Self>,
+                cx: &mut Context<'_>,
+                buf: &mut ReadBuf<'_>,
+            ) -> Poll<io::Result<()>> {
+                match self.get_mut() {
+                    Self::Plain(s) => Pin::new(s).poll_read(cx, buf),
+                    Self::Tls(s) => Pin::new(&mut **s).poll_read(cx, buf),
+                }
+            }
         }
-    }
+    };
+    (write $t:ty) => {
+        impl AsyncWrite for $t {
+            fn poll_write(
+                self: Pin<&mut Self>,
+                cx: &mut Context<'_>,
+                buf: &[u8],
+            ) -> Poll<io::Result<usize>> {
+                match self.get_mut() {
+                    Self::Plain(s) => Pin::new(s).poll_write(cx, buf),
+                    Self::Tls(s) => Pin::new(&mut **s).poll_write(cx, buf),
+                }
+            }
+
+            fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+                match self.get_mut() {
+                    Self::Plain(s) => Pin::new(s).poll_flush(cx),
+                    Self::Tls(s) => Pin::new(&mut **s).poll_flush(cx),
+                }
+            }
+
+            fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+                match self.get_mut() {
+                    Self::Plain(s) => Pin::new(s).poll_shutdown(cx),
+                    Self::Tls(s) => Pin::new(&mut **s).poll_shutdown(cx),
+                }
+            }
+
+            fn poll_write_vectored(
+                self: Pin<&mut Self>,
+                cx: &mut Context<'_>,
+                bufs: &[io::IoSlice<'_>],
+            ) -> Poll<io::Result<usize>> {
+                match self.get_mut() {
+                    Self::Plain(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+                    Self::Tls(s) => Pin::new(&mut **s).poll_write_vectored(cx, bufs),
+                }
+            }
+
+            fn is_write_vectored(&self) -> bool {
+                match self {
+                    Self::Plain(s) => s.is_write_vectored(),
+                    Self::Tls(s) => s.is_write_vectored(),
+                }
+            }
+        }
+    };
 }
 
-impl AsyncWrite for WriteHalf {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        match self.get_mut() {
-            Self::Plain(s) => Pin::new(s).poll_write(cx, buf),
-            Self::Tls(s) => Pin::new(s).poll_write(cx, buf),
-        }
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Self::Plain(s) => Pin::new(s).poll_flush(cx),
-            Self::Tls(s) => Pin::new(s).poll_flush(cx),
-        }
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Self::Plain(s) => Pin::new(s).poll_shutdown(cx),
-            Self::Tls(s) => Pin::new(s).poll_shutdown(cx),
-        }
-    }
-
-    fn poll_write_vectored(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        match self.get_mut() {
-            Self::Plain(s) => Pin::new(s).poll_write_vectored(cx, bufs),
-            Self::Tls(s) => Pin::new(s).poll_write_vectored(cx, bufs),
-        }
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        match self {
-            Self::Plain(s) => s.is_write_vectored(),
-            Self::Tls(s) => s.is_write_vectored(),
-        }
-    }
-}
-
-impl AsyncRead for MaybeTls {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Self::Plain(s) => Pin::new(s).poll_read(cx, buf),
-            Self::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
-        }
-    }
-}
-
-impl AsyncWrite for MaybeTls {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        match self.get_mut() {
-            Self::Plain(s) => Pin::new(s).poll_write(cx, buf),
-            Self::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
-        }
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Self::Plain(s) => Pin::new(s).poll_flush(cx),
-            Self::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
-        }
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Self::Plain(s) => Pin::new(s).poll_shutdown(cx),
-            Self::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
-        }
-    }
-
-    fn poll_write_vectored(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        match self.get_mut() {
-            Self::Plain(s) => Pin::new(s).poll_write_vectored(cx, bufs),
-            Self::Tls(s) => Pin::new(s.as_mut()).poll_write_vectored(cx, bufs),
-        }
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        match self {
-            Self::Plain(s) => s.is_write_vectored(),
-            Self::Tls(s) => s.is_write_vectored(),
-        }
-    }
-}
+delegate_io!(read MaybeTls);
+delegate_io!(write MaybeTls);
+delegate_io!(read ReadHalf);
+delegate_io!(write WriteHalf);
 
 #[cfg(test)]
 mod tests {
