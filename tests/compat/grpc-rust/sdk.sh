@@ -7,7 +7,7 @@
 #   sdk.sh programs       print one "Program:check check ..." line per program, in running order
 #   sdk.sh run PROGRAM    run one program (GRPC_ENDPOINT, GRPC_CHECKS, GRPC_RUN_ID, GRPC_TLS, GRPC_TIMEOUT_SCALE,
 #                         GRPC_LOG_DIR as for every SDK); the SDK's own log goes to GRPC_LOG_DIR/sdk/PROGRAM.log
-# Every cargo call takes /tmp/conveyor-cargo.lock and builds with one job (the machine builds other things too).
+# Every cargo call takes /tmp/conveyor-cargo.lock, so it never builds beside another build of this machine.
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 OUT="${CONVEYOR_CACHE:-$HOME/.cache/conveyor}/compat"
@@ -22,7 +22,7 @@ case "${1:-}" in
   fetch)
     mkdir -p "$OUT"
     # The crate ships its generated protobuf code (build.rs runs protoc only with BUILD_PROTO set): no protoc needed.
-    flock /tmp/conveyor-cargo.lock cargo build --release --locked -j 1 --manifest-path "$HERE/Cargo.toml"
+    flock /tmp/conveyor-cargo.lock cargo build --release --locked --manifest-path "$HERE/Cargo.toml"
     test -x "$BIN"
     ;;
   version) version ;;
