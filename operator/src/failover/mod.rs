@@ -163,13 +163,18 @@ impl Failover {
     /// brokers do not check it).
     pub async fn serve(self: Arc<Self>, listener: tokio::net::TcpListener) {
         let shutdown = self.shutdown.clone();
-        let acceptor = match conveyor::tls::Acceptor::new(&conveyor::tls::TlsConfig::default(), &[])
-        {
-            Ok(a) => a,
-            Err(e) => {
-                tracing::error!(error = %e, "the controller's TLS could not be set up; not serving");
-                return;
-            }
+        let tls = |mode| conveyor::tls::TlsConfig {
+            mode,
+            ..Default::default()
+        };
+        let acceptor = conveyor::tls::Acceptor::new(&tls(conveyor::tls::TlsMode::Permissive), &[])
+            .or_else(|e| {
+                // Plaintext brokers still reach it; only brokers that enforce TLS cannot.
+                tracing::error!(error = %e, "the controller's TLS could not be set up; plaintext only");
+                conveyor::tls::Acceptor::new(&tls(conveyor::tls::TlsMode::Off), &[])
+            });
+        let Ok(acceptor) = acceptor else {
+            return; // the Off mode loads no certificate: it does not fail
         };
         conveyor::remoting::serve(listener, acceptor, self, shutdown, ServeLimits::default()).await;
     }

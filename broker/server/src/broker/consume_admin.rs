@@ -201,14 +201,15 @@ impl ConsumeAdmin {
             let Some(config) = self.topics.get(topic) else {
                 continue;
             };
+            let popped_row = popped.get(&(group.to_string(), topic.clone()));
             for q in 0..config.read_queue_nums.max(config.write_queue_nums) {
                 let broker_offset = self.store.max_offset(topic, q);
                 let committed = self.offsets.query(group, topic, q).unwrap_or(0).max(0);
                 // A pop commits when it pops: as RocketMQ 5's lag calculator, the messages it
                 // holds unacknowledged are taken off the consumer offset (so they count in the
                 // diff) and shown in flight (pull offset − consumer offset).
-                let unacked = popped
-                    .get(&(group.to_string(), topic.clone(), q))
+                let unacked = popped_row
+                    .and_then(|row| row.get(&q))
                     .map_or(0, |p| p.unacked as i64);
                 let consumer_offset = (committed - unacked).max(0);
                 let last_timestamp = if consumer_offset > 0 {

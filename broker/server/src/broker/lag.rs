@@ -64,8 +64,8 @@ pub struct PoppedQueue {
     pub oldest_offset: i64,
 }
 
-/// [`PoppedQueue`] of every (group, topic, queue) with popped messages unacknowledged.
-pub type Popped = HashMap<(String, String, i32), PoppedQueue>;
+/// Per (group, topic), the [`PoppedQueue`] of each queue with popped messages unacknowledged.
+pub type Popped = HashMap<(String, String), HashMap<i32, PoppedQueue>>;
 
 /// RocketMQ's system topics and groups (`TopicValidator.isSystemTopic`,
 /// `MixAll.isSysConsumerGroup`): the broker's own, not an application's.
@@ -112,10 +112,14 @@ pub fn consumer_lag(
                     group,
                     topic,
                 };
+                // Looked up once per row, and only when anything is popped at all.
+                let popped_row = (!popped.is_empty())
+                    .then(|| popped.get(&(lag.group.clone(), lag.topic.clone())))
+                    .flatten();
                 for (queue, committed) in queues {
                     let end = store.max_offset(&lag.topic, queue);
                     let committed = committed.max(0);
-                    let pop = popped.get(&(lag.group.clone(), lag.topic.clone(), queue));
+                    let pop = popped_row.and_then(|row| row.get(&queue));
                     let unacked = pop.map_or(0, |p| p.unacked);
                     let left = (end - committed).max(0) as u64 + unacked;
                     if per_queue {

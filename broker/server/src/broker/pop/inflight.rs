@@ -248,7 +248,9 @@ impl InFlight {
                 continue;
             };
             let q = out
-                .entry((ck.key.group.clone(), ck.key.topic.clone(), ck.key.queue_id))
+                .entry((ck.key.group.clone(), ck.key.topic.clone()))
+                .or_default()
+                .entry(ck.key.queue_id)
                 .or_insert(PoppedQueue {
                     unacked: 0,
                     oldest_offset: first,
