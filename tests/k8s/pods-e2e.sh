@@ -233,6 +233,15 @@ start_operator() {
   PIDS+=("$OP_PID")
 }
 start_operator
+# The brokers' logs outlive their pods (the kubelet removes a deleted pod's logs): copied every
+# second, so a failed check can show what the brokers did meanwhile.
+mkdir -p "$D/broker-logs"
+(while sleep 1; do
+  for f in /var/log/pods/default_pods-broker-*/broker/*.log; do
+    [ -f "$f" ] && cp -u "$f" "$D/broker-logs/$(basename "$(dirname "$(dirname "$f")")")-$(basename "$f")"
+  done
+done) &
+PIDS+=($!)
 cat > "$D/mqc.yaml" <<EOF
 apiVersion: conveyor.dev/v1alpha1
 kind: MessageQueueCluster
@@ -420,6 +429,15 @@ restart $ROLL_MASTER"
   # Sends begun during the roll (a send that began before it and failed after is not its).
   failed=$(awk -v a="$ROLL_T0" -v b="$ROLL_T1" '$2 >= a && $2 <= b' "$D/ledger/failed" | wc -l)
   check "no failed send during the roll (the Java client's defaults)" test "$failed" = 0
+  if [ "$failed" != 0 ]; then
+    # When each failed send began, and what the operator and the brokers did around it.
+    awk -v a="$ROLL_T0" -v b="$ROLL_T1" '$2 >= a && $2 <= b {printf "    failed send %s began %d ms into the roll, took %d ms: %s\n", $1, $2 - a, $3, $4}' "$D/ledger/failed"
+    echo "    the roll began at $(date -u -d "@$((ROLL_T0 / 1000))" +%T).$((ROLL_T0 % 1000))"
+    sed 's/\x1b\[[0-9;]*m//g' "$D/operator.log" | tail -n +"$((ROLL_LOG + 1))" | grep -E 'rolling|switchover|elected' | cut -c1-220 | sed 's/^/    operator: /'
+    for f in "$D"/broker-logs/*.log; do
+      sed 's/\x1b\[[0-9;]*m//g' "$f" | grep -E 'switchover|in-sync|of its group|replication|relayed|shut|stopp' | cut -c1-260 | tail -n 40 | sed "s|^|    $(basename "$f"): |"
+    done
+  fi
   worst=$(awk -v a="$ROLL_T0" -v b="$ROLL_T1" '$2 >= a && $2 <= b && $3 > w {w = $3} END {print w + 0}' "$D/ledger/slow")
   echo "    roll took $(( (ROLL_T1 - ROLL_T0) / 1000 )) s; worst send latency during it: ${worst} ms (0: every send under 500 ms); failed sends: $failed"
 

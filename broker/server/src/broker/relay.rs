@@ -116,6 +116,9 @@ impl WriteRelay {
     /// Waits at most [`PROMOTION_WAIT`] for this broker to become master; true if it did.
     async fn became_master(&self) -> bool {
         let mut role = self.replication.role_changes();
+        if !self.replication.is_master() {
+            self.replication.ask_controller_now();
+        }
         let promoted = async {
             role.wait_for(|r| matches!(r, RoleState::Master { .. }))
                 .await

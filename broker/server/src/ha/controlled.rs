@@ -55,6 +55,8 @@ pub(super) async fn run(repl: Arc<Replication>, shutdown: CancellationToken) {
             // A master whose slave's stream closed drops it from the in-sync set now (the
             // keeper runs after this heartbeat), not up to a tick later.
             _ = repl.acks.slave_left(), if repl.is_master() => {}
+            // A former master relayed writes here: this replica may be their master already.
+            _ = repl.ask_controller.notified(), if !repl.is_master() => {}
             _ = shutdown.cancelled() => return,
         }
         let addr = &addrs[which % addrs.len()];

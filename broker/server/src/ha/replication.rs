@@ -69,6 +69,9 @@ pub struct Replication {
     /// over holds it exclusively, so no write lands after the end the new master must have
     /// (see [`Replication::write_permit`]).
     pub(super) writes: tokio::sync::RwLock<()>,
+    /// Wakes the controller follower for a heartbeat now rather than at its next tick (see
+    /// [`Replication::ask_controller_now`]).
+    pub(super) ask_controller: tokio::sync::Notify,
     /// Called after the log was cut back (see [`Replication::on_truncate`]).
     truncation_hooks: std::sync::Mutex<Vec<TruncationHook>>,
 }
@@ -115,6 +118,7 @@ impl Replication {
             last_write_ms: AtomicI64::new(0),
             received: Default::default(),
             writes: tokio::sync::RwLock::new(()),
+            ask_controller: tokio::sync::Notify::new(),
             deposed_at: std::sync::Mutex::new(None),
             truncation_hooks: std::sync::Mutex::new(Vec::new()),
             config,
@@ -293,6 +297,14 @@ impl Replication {
     pub async fn own_write_permit(&self) -> Option<tokio::sync::RwLockReadGuard<'_, ()>> {
         let permit = self.writes.read().await;
         self.is_master().then_some(permit)
+    }
+
+    /// Has the controller follower heartbeat at once (controller mode): a replica that a
+    /// former master relays writes to may have been elected since its last heartbeat, and
+    /// those writes wait until it knows (a heartbeat interval, stretched by load, would eat
+    /// the client's send timeout).
+    pub fn ask_controller_now(&self) {
+        self.ask_controller.notify_one();
     }
 
     /// As a slave: true while its replication stream from the master is up.
