@@ -44,6 +44,9 @@ pub struct RemotingConfig {
     pub write_queue: usize,
     /// Connect with TLS (default: what [`crate::tls::set_client_tls`] said for the process).
     pub tls: bool,
+    /// Sign every request with these (default: what [`crate::acl::set_client_credentials`]
+    /// said for the process).
+    pub credentials: Option<std::sync::Arc<crate::acl::Credentials>>,
 }
 
 impl Default for RemotingConfig {
@@ -54,6 +57,7 @@ impl Default for RemotingConfig {
             max_frame_size: DEFAULT_MAX_FRAME_SIZE,
             write_queue: 4096,
             tls: crate::tls::client_tls(),
+            credentials: crate::acl::client_credentials(),
         }
     }
 }
@@ -256,6 +260,9 @@ impl RemotingClient {
         let opaque = self.next_opaque();
         request.opaque = opaque;
         request.flag &= !conveyor_protocol::command::FLAG_RESPONSE;
+        if let Some(credentials) = &self.inner.config.credentials {
+            credentials.sign(&mut request);
+        }
         let rx = conn.register(opaque)?;
         let send_and_wait = async {
             conn.tx
@@ -303,6 +310,9 @@ impl RemotingClient {
         request.opaque = self.next_opaque();
         request.flag &= !conveyor_protocol::command::FLAG_RESPONSE;
         request.mark_oneway();
+        if let Some(credentials) = &self.inner.config.credentials {
+            credentials.sign(&mut request);
+        }
         conn.tx
             .send(request)
             .await

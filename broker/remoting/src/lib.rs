@@ -4,6 +4,7 @@
 //! - [`codec`]: the tokio-util framing over the protocol crate's frame codec, used by every
 //!   connection on both sides.
 //! - [`tls`]: TLS of the clients' connections (process-wide, as RocketMQ's `tls.enable`).
+//! - [`acl`]: the ACL request signature (RocketMQ's `AclClientRPCHook`), made and checked.
 //! - [`client`]: the pooled, multiplexed request/response client (producers, consumers, admin
 //!   tools, and the broker's persistent connections to its name servers).
 //!
@@ -13,6 +14,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod acl;
 pub mod client;
 pub mod codec;
 pub mod error;

@@ -5,6 +5,7 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+use conveyor_protocol::command::RemotingCommand;
 use conveyor_store::StoreConfig;
 use tokio::net::TcpListener;
 use tokio::task::JoinSet;
@@ -52,6 +53,8 @@ pub struct AppConfig {
     pub grpc: crate::grpc::GrpcConfig,
     /// TLS on the client ports (today the gRPC endpoint).
     pub tls: crate::tls::TlsConfig,
+    /// Access control (`None`: every request allowed, as RocketMQ without `aclEnable`).
+    pub acl: Option<crate::acl::AclConfig>,
     /// Broker settings. An empty `advertised_addr` means "derive from the listen address";
     /// in standalone mode empty `namesrv_addrs` means "the embedded name server".
     pub broker: BrokerConfig,
@@ -88,6 +91,9 @@ pub enum StartError {
     /// The TLS certificate could not be loaded or generated.
     #[error(transparent)]
     Tls(#[from] crate::tls::TlsError),
+    /// The ACL users file or cluster secret could not be read.
+    #[error("ACL: {0}")]
+    Acl(#[from] crate::acl::AclError),
 }
 
 /// A running process.
@@ -127,6 +133,27 @@ fn advertise(local: SocketAddr) -> String {
     }
 }
 
+/// Serves `processor` on `listener`, behind `acl` when there is one (its requests needing
+/// what `needs` says).
+fn serve_behind<P: crate::remoting::Processor>(
+    acl: &Option<Arc<crate::acl::Acl>>,
+    needs: crate::acl::guard::NeedsOf<P>,
+    listener: TcpListener,
+    tls: crate::tls::Acceptor,
+    processor: Arc<P>,
+    shutdown: CancellationToken,
+    limits: ServeLimits,
+) -> futures_util::future::BoxFuture<'static, ()> {
+    use futures_util::FutureExt;
+    match acl {
+        Some(acl) => {
+            let guarded = crate::acl::guard::Guarded::new(processor, acl.clone(), needs);
+            serve(listener, tls, Arc::new(guarded), shutdown, limits).boxed()
+        }
+        None => serve(listener, tls, processor, shutdown, limits).boxed(),
+    }
+}
+
 /// Starts the configured servers.
 pub async fn start(mut cfg: AppConfig) -> Result<Running, StartError> {
     let shutdown = CancellationToken::new();
@@ -141,6 +168,19 @@ pub async fn start(mut cfg: AppConfig) -> Result<Running, StartError> {
         // turned off here: another server of this process may need it.
         conveyor_remoting::tls::set_client_tls(true);
     }
+    // ACL: loaded now, so a bad users file fails the start; this process's own requests to
+    // its peers are signed with the cluster secret from here on.
+    let acl = match &cfg.acl {
+        Some(config) => {
+            let acl = Arc::new(crate::acl::Acl::load(config.clone())?);
+            conveyor_remoting::acl::set_client_credentials(Some(crate::acl::cluster_credentials(
+                &config.cluster_secret_file,
+            )?));
+            tasks.spawn(acl.clone().run_reload(shutdown.clone()));
+            Some(acl)
+        }
+        None => None,
+    };
     let mut running = Running {
         namesrv_addr: None,
         controller_addr: None,
@@ -169,7 +209,11 @@ pub async fn start(mut cfg: AppConfig) -> Result<Running, StartError> {
             let (c, stop) = (controller.clone(), shutdown.clone());
             tasks.spawn(async move { c.run_detection(stop).await });
         }
-        tasks.spawn(serve(
+        tasks.spawn(serve_behind(
+            &acl,
+            Arc::new(|_: &crate::controller::Controller, r: &RemotingCommand| {
+                crate::acl::needs::controller(r)
+            }),
             listener,
             remoting_tls.clone(),
             controller,
@@ -189,7 +233,9 @@ pub async fn start(mut cfg: AppConfig) -> Result<Running, StartError> {
         let kv = KvConfig::load(&cfg.store.root.join("namesrv")).map_err(StartError::NameServer)?;
         let ns = NameServer::new(addr.port(), kv);
         tasks.spawn(ns.clone().run_expiry(shutdown.clone()));
-        tasks.spawn(serve(
+        tasks.spawn(serve_behind(
+            &acl,
+            Arc::new(|_: &NameServer, r: &RemotingCommand| crate::acl::needs::name_server(r)),
             listener,
             remoting_tls.clone(),
             ns,
@@ -247,7 +293,11 @@ pub async fn start(mut cfg: AppConfig) -> Result<Running, StartError> {
         );
         tasks.spawn(broker.clone().run_slave_sync(shutdown.clone()));
         running.replication_addr = Some(ha_addr);
-        tasks.spawn(serve(
+        tasks.spawn(serve_behind(
+            &acl,
+            Arc::new(|b: &Broker, r: &RemotingCommand| {
+                crate::acl::needs::broker(r, |offset| b.record_topic(offset))
+            }),
             listener,
             remoting_tls.clone(),
             broker,

@@ -10,11 +10,13 @@
 //! - [`ha`]: master/slave replication of the CommitLog on its own port.
 //! - [`health`]: `/healthz`, `/readyz`, `/metrics`.
 //! - [`app`]: starting and stopping a process in any role (`conveyor standalone` included).
+//! - [`acl`]: who may make which request (RocketMQ's ACL: signatures, users file, permissions).
 //! - [`tls`]: TLS beside plaintext on the client ports (permissive, enforcing, reloaded certificates).
 //! - [`settings`]: TOML file + environment + flags → [`app::AppConfig`].
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod acl;
 pub mod app;
 pub mod broker;
 pub mod controller;

@@ -13,8 +13,8 @@ use std::time::Duration;
 
 use clap::{Args, ValueEnum};
 use conveyor_settings::{
-    BrokerRole, BrokerSection, FlushMode, GrpcSection, HttpSection, NamesrvSection, ParseError,
-    ReplicationSection, Settings, StoreSection, TlsSection,
+    AclSection, BrokerRole, BrokerSection, FlushMode, GrpcSection, HttpSection, NamesrvSection,
+    ParseError, ReplicationSection, Settings, StoreSection, TlsSection,
 };
 use conveyor_store::StoreConfig;
 
@@ -104,6 +104,16 @@ pub struct ServerArgs {
     /// PEM private key of `--tls-cert-file`.
     #[arg(long, env = "CONVEYOR_TLS_KEY_FILE")]
     pub tls_key_file: Option<PathBuf>,
+    /// Check every request against the ACL users file (RocketMQ's `aclEnable`).
+    #[arg(long, env = "CONVEYOR_ACL_ENABLED")]
+    pub acl_enabled: Option<bool>,
+    /// The ACL users file (RocketMQ's `plain_acl.yml` format), re-read when it changes.
+    #[arg(long, env = "CONVEYOR_ACL_USERS_FILE")]
+    pub acl_users_file: Option<PathBuf>,
+    /// The file holding the secret the cluster's processes sign their requests to each other
+    /// with.
+    #[arg(long, env = "CONVEYOR_ACL_CLUSTER_SECRET_FILE")]
+    pub acl_cluster_secret_file: Option<PathBuf>,
     /// Address clients use to reach the broker (default: the listen address, 127.0.0.1 when
     /// listening on all interfaces).
     #[arg(long, env = "CONVEYOR_ADVERTISED_ADDR")]
@@ -272,6 +282,12 @@ impl ServerArgs {
                 cert_file: self.tls_cert_file.clone(),
                 key_file: self.tls_key_file.clone(),
             },
+            acl: AclSection {
+                enabled: self.acl_enabled,
+                users_file: self.acl_users_file.clone(),
+                cluster_secret_file: self.acl_cluster_secret_file.clone(),
+                ..Default::default()
+            },
             replication: ReplicationSection {
                 listen: self.replication_listen,
                 master_address: self.master_address.clone(),
@@ -306,6 +322,35 @@ fn tls_config(tls: TlsSection) -> Result<crate::tls::TlsConfig, SettingsError> {
     Ok(TlsConfig { mode, cert })
 }
 
+/// ACL from `[acl]`: off unless enabled; when enabled both files are needed.
+fn acl_config(acl: AclSection) -> Result<Option<crate::acl::AclConfig>, SettingsError> {
+    if !acl.enabled.unwrap_or(false) {
+        return Ok(None);
+    }
+    let missing = |key| SettingsError::Invalid {
+        key,
+        reason: "ACL is enabled: the users file and the cluster secret file are needed".into(),
+    };
+    let reload_interval = match acl.reload_interval_ms {
+        Some(ms @ 100..=600_000) => Duration::from_millis(ms),
+        Some(ms) => {
+            return Err(SettingsError::OutOfRange {
+                key: "acl.reload-interval-ms",
+                value: ms,
+                reason: "must be 100 … 600000",
+            })
+        }
+        None => Duration::from_secs(5),
+    };
+    Ok(Some(crate::acl::AclConfig {
+        users_file: acl.users_file.ok_or_else(|| missing("acl.users-file"))?,
+        cluster_secret_file: acl
+            .cluster_secret_file
+            .ok_or_else(|| missing("acl.cluster-secret-file"))?,
+        reload_interval,
+    }))
+}
+
 /// `host:port;host:port` (RocketMQ's `namesrvAddr`) as a list.
 fn split_addrs(v: &str) -> Vec<String> {
     v.split(';')
@@ -335,6 +380,7 @@ pub fn app_config(role: Role, settings: Settings) -> Result<AppConfig, SettingsE
         http,
         grpc,
         tls,
+        acl,
         replication: r,
         controller: c,
     } = settings;
@@ -447,6 +493,7 @@ pub fn app_config(role: Role, settings: Settings) -> Result<AppConfig, SettingsE
         },
     };
     let tls = tls_config(tls)?;
+    let acl = acl_config(acl)?;
     // A role's listen address comes from its own section; the other one keeps the default.
     let namesrv_listen = match role {
         Role::NameServer | Role::Standalone => namesrv.listen.unwrap_or(default_ns),
@@ -488,6 +535,7 @@ pub fn app_config(role: Role, settings: Settings) -> Result<AppConfig, SettingsE
         grpc_listen,
         grpc: grpc_config,
         tls,
+        acl,
         broker,
         store,
         limits: ServeLimits::default(),

@@ -1,7 +1,7 @@
 //! The typed model of Conveyor's TOML settings file (`conveyor … --config FILE`).
 //!
 //! One struct per section — [`NamesrvSection`] (`[namesrv]`), [`BrokerSection`] (`[broker]`),
-//! [`StoreSection`] (`[store]`), [`HttpSection`] (`[http]`), [`GrpcSection`] (`[grpc]`), [`TlsSection`] (`[tls]`), [`ReplicationSection`]
+//! [`StoreSection`] (`[store]`), [`HttpSection`] (`[http]`), [`GrpcSection`] (`[grpc]`), [`TlsSection`] (`[tls]`), [`AclSection`] (`[acl]`), [`ReplicationSection`]
 //! (`[replication]`) — gathered in [`Settings`]. Every
 //! field is an `Option`: `None` means "not set at this layer", so the same types describe the
 //! file, the command line and the environment, and layers combine with one `or` per section
@@ -23,8 +23,8 @@ mod values;
 
 pub use error::ParseError;
 pub use sections::{
-    BrokerSection, ControllerSection, GrpcSection, HttpSection, NamesrvSection, ReplicationSection,
-    StoreSection, TlsSection,
+    AclSection, BrokerSection, ControllerSection, GrpcSection, HttpSection, NamesrvSection,
+    ReplicationSection, StoreSection, TlsSection,
 };
 pub use values::{BrokerRole, FlushMode, SlaveAck};
 
@@ -52,6 +52,9 @@ pub struct Settings {
     /// `[tls]`: TLS on the client ports.
     #[serde(skip_serializing_if = "TlsSection::is_empty")]
     pub tls: TlsSection,
+    /// `[acl]`: access control.
+    #[serde(skip_serializing_if = "AclSection::is_empty")]
+    pub acl: AclSection,
     /// `[replication]`: master/slave replication.
     #[serde(skip_serializing_if = "ReplicationSection::is_empty")]
     pub replication: ReplicationSection,
@@ -61,13 +64,14 @@ pub struct Settings {
 }
 
 /// Names of the sections, as written in the file.
-pub const SECTIONS: [&str; 8] = [
+pub const SECTIONS: [&str; 9] = [
     "namesrv",
     "broker",
     "store",
     "http",
     "grpc",
     "tls",
+    "acl",
     "replication",
     "controller",
 ];
@@ -83,6 +87,7 @@ impl Settings {
             http: self.http.or(lower.http),
             grpc: self.grpc.or(lower.grpc),
             tls: self.tls.or(lower.tls),
+            acl: self.acl.or(lower.acl),
             replication: self.replication.or(lower.replication),
             controller: self.controller.or(lower.controller),
         }
@@ -96,6 +101,7 @@ impl Settings {
             && self.http.is_empty()
             && self.grpc.is_empty()
             && self.tls.is_empty()
+            && self.acl.is_empty()
             && self.replication.is_empty()
             && self.controller.is_empty()
     }

@@ -318,6 +318,28 @@ section! {
 }
 
 section! {
+    /// `[acl]`: access control on the name server's, the broker's and the controller's
+    /// remoting ports (RocketMQ's `aclEnable` with `plain_acl.yml`): every request signed by a
+    /// user of the users file (or by the cluster itself) and allowed by its permissions.
+    pub struct AclSection {
+        /// `enabled`: check every request (RocketMQ's `aclEnable`). Flag `--acl-enabled`.
+        /// Default `false`.
+        pub enabled: bool,
+        /// `users-file`: the users, their secret keys and permissions, in RocketMQ's
+        /// `plain_acl.yml` format; re-read when it changes. Flag `--acl-users-file`.
+        pub users_file: PathBuf,
+        /// `cluster-secret-file`: a file whose first line is the secret (16 characters or
+        /// more) the cluster's own processes share and sign their requests to each other with
+        /// (broker registration, the controller, relayed writes, replication). Flag
+        /// `--acl-cluster-secret-file`.
+        pub cluster_secret_file: PathBuf,
+        /// `reload-interval-ms`: how often the users file is looked at for changes. 100 …
+        /// 600000. Default `5000`.
+        pub reload_interval_ms: u64,
+    }
+}
+
+section! {
     /// `[http]`: the HTTP server for `/healthz`, `/readyz` and `/metrics`.
     pub struct HttpSection {
         /// `listen`: `"ip:port"` to listen on, or `"off"` (or `""`) to disable the HTTP server

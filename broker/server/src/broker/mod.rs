@@ -488,6 +488,21 @@ impl Broker {
         &self.store
     }
 
+    /// The topic of the record at CommitLog `offset` as its producer sent it: the real topic
+    /// of one parked in a system topic (a prepared transaction, a delayed or timed message).
+    /// `None`: no record there.
+    pub fn record_topic(&self, offset: u64) -> Option<String> {
+        let record = self.store.message_at(offset)?;
+        let message = conveyor_protocol::message::RecordView::parse(&record)
+            .and_then(|v| v.to_message())
+            .ok()?;
+        let real = message
+            .properties
+            .get(conveyor_protocol::message::keys::REAL_TOPIC)
+            .map(str::to_string);
+        Some(real.unwrap_or(message.topic))
+    }
+
     /// The replication service (role, slaves, master).
     pub fn replication(&self) -> &Arc<Replication> {
         &self.replication

@@ -54,6 +54,7 @@ pub fn config(dir: &Path) -> AppConfig {
         grpc_listen: Some(any),
         grpc: conveyor::grpc::GrpcConfig::default(),
         tls: conveyor::tls::TlsConfig::default(),
+        acl: None,
         broker: BrokerConfig {
             namesrv_addrs: vec![],
             advertised_addr: String::new(),
