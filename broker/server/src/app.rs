@@ -273,6 +273,11 @@ pub async fn start(mut cfg: AppConfig) -> Result<Running, StartError> {
                 .to_string();
             cfg.broker.replication.advertised_addr = format!("{host}:{}", ha_addr.port());
         }
+        if let Some(acl) = &cfg.acl {
+            // Replication too only between the cluster's own brokers.
+            cfg.broker.replication.cluster_secret =
+                Some(crate::acl::read_cluster_secret(&acl.cluster_secret_file)?);
+        }
         let (broker_cfg, store_cfg) = (cfg.broker.clone(), cfg.store.clone());
         // Opening recovers the store: blocking work, off the async threads.
         let broker = tokio::task::spawn_blocking(move || Broker::open(broker_cfg, store_cfg))

@@ -616,6 +616,8 @@ fn replication_settings(role: BrokerRole, r: &ReplicationSection) -> Replication
         max_time_not_caught_up_ms: r
             .max_time_not_caught_up_ms
             .unwrap_or(d.max_time_not_caught_up_ms),
+        // Set from `[acl]` when the process starts.
+        cluster_secret: None,
     }
 }
 

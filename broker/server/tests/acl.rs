@@ -320,3 +320,50 @@ async fn a_deleted_user_loses_access_at_the_next_reload() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// Sends a slave's hello carrying `auth` to the replication port; the master's first frame.
+async fn hello(server: &TestServer, auth: String) -> conveyor::ha::frame::Frame {
+    use conveyor::ha::frame::{Frame, VERSION};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let addr = server.running.as_ref().unwrap().replication_addr.unwrap();
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let frame = Frame::SlaveHello {
+        version: VERSION,
+        broker_name: server.broker().replication().broker_name().to_string(),
+        broker_id: 1,
+        max_offset: 0,
+        epochs: vec![],
+        auth,
+    };
+    s.write_all(&frame.encode()).await.unwrap();
+    let len = tokio::time::timeout(DEADLINE, s.read_u32())
+        .await
+        .unwrap()
+        .unwrap();
+    let mut body = vec![0; len as usize];
+    s.read_exact(&mut body).await.unwrap();
+    Frame::decode(body.into()).unwrap()
+}
+
+#[tokio::test]
+async fn the_replication_port_serves_only_slaves_that_know_the_cluster_secret() {
+    use conveyor::ha::frame::Frame;
+    let tmp = tempfile::tempdir().unwrap();
+    let server = start(tmp.path()).await;
+    let name = server.broker().replication().broker_name().to_string();
+    let now = conveyor_protocol::time::now_ms();
+    match hello(&server, String::new()).await {
+        Frame::Refuse { reason } => assert!(reason.contains("cluster secret"), "{reason}"),
+        other => panic!("a slave without proof was served: {other:?}"),
+    }
+    let forged = conveyor::ha::auth::prove("not-the-cluster-secret", &name, 1, now);
+    match hello(&server, forged).await {
+        Frame::Refuse { reason } => assert!(reason.contains("does not match"), "{reason}"),
+        other => panic!("a slave with a forged proof was served: {other:?}"),
+    }
+    let proof = conveyor::ha::auth::prove("a-cluster-secret-of-some-length", &name, 1, now);
+    assert!(
+        matches!(hello(&server, proof).await, Frame::MasterHello { .. }),
+        "a member with the secret was refused"
+    );
+}

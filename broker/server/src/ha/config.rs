@@ -51,6 +51,9 @@ pub struct ReplicationConfig {
     /// Controller mode: a member of the in-sync set that has not caught up (or is not
     /// connected) for this long is dropped from it (`haMaxTimeSlaveNotCatchup`).
     pub max_time_not_caught_up_ms: u64,
+    /// With ACL on, the cluster secret: a slave proves it knows it in its hello, and a
+    /// master serves only slaves that do ([`super::auth`]).
+    pub cluster_secret: Option<String>,
 }
 
 impl Default for ReplicationConfig {
@@ -74,6 +77,7 @@ impl Default for ReplicationConfig {
             controller_heartbeat_ms: 1_000,
             synchronous: true,
             max_time_not_caught_up_ms: 15_000,
+            cluster_secret: None,
         }
     }
 }

@@ -32,6 +32,9 @@ pub enum Frame {
         max_offset: u64,
         /// The slave's epoch history.
         epochs: Vec<EpochEntry>,
+        /// With ACL on, proof that the slave knows the cluster secret ([`super::auth`]);
+        /// empty otherwise (and from peers that predate it).
+        auth: String,
     },
     /// Master → slave, the answer: the master's log and terms, from which the slave finds the
     /// point both logs share.
@@ -128,6 +131,7 @@ impl Frame {
                 broker_id,
                 max_offset,
                 epochs,
+                auth,
             } => {
                 b.put_u8(SLAVE_HELLO);
                 b.put_u16(*version);
@@ -135,6 +139,7 @@ impl Frame {
                 b.put_i64(*broker_id);
                 b.put_u64(*max_offset);
                 put_epochs(&mut b, epochs);
+                put_text(&mut b, auth);
             }
             Frame::MasterHello {
                 version,
@@ -202,6 +207,11 @@ impl Frame {
                 broker_id: get_u64(&mut body)? as i64,
                 max_offset: get_u64(&mut body)?,
                 epochs: get_epochs(&mut body)?,
+                auth: if body.has_remaining() {
+                    get_text(&mut body)?
+                } else {
+                    String::new()
+                },
             },
             MASTER_HELLO => Frame::MasterHello {
                 version: get_u16(&mut body)?,
@@ -362,7 +372,25 @@ mod tests {
             broker_id: 1,
             max_offset: 77,
             epochs: epochs.clone(),
+            auth: "1700000000000:c2lnbmF0dXJl".into(),
         });
+        // A hello from a peer that predates the proof reads as one without it.
+        let mut old = Frame::SlaveHello {
+            version: VERSION,
+            broker_name: "broker-a".into(),
+            broker_id: 1,
+            max_offset: 77,
+            epochs: vec![],
+            auth: String::new(),
+        }
+        .encode();
+        old.truncate(old.len() - 2);
+        let len = (old.len() - 4) as u32;
+        old[..4].copy_from_slice(&len.to_be_bytes());
+        assert!(matches!(
+            Frame::decode(old.freeze().slice(4..)),
+            Ok(Frame::SlaveHello { auth, .. }) if auth.is_empty()
+        ));
         round_trip(Frame::MasterHello {
             version: VERSION,
             segment_size: 1 << 30,
@@ -425,6 +453,7 @@ mod tests {
                 broker_id: 1,
                 max_offset: 2,
                 epochs: vec![],
+                auth: "1:x".into(),
             }
             .encode()
             .freeze();

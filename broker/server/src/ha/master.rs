@@ -69,11 +69,25 @@ async fn connection(
         broker_id,
         max_offset,
         epochs,
+        auth,
     } = read_frame(&mut rd, silent).await?
     else {
         return Err(HaError::Protocol("expected the slave's hello".into()));
     };
-    let refusal = if version != VERSION {
+    let proof = match repl.config.cluster_secret.as_deref() {
+        Some(secret) => super::auth::check(
+            secret,
+            &broker_name,
+            broker_id,
+            &auth,
+            conveyor_protocol::time::now_ms(),
+        )
+        .err(),
+        None => None,
+    };
+    let refusal = if let Some(why) = proof {
+        Some(why)
+    } else if version != VERSION {
         Some(format!(
             "replication protocol {version}, this master speaks {VERSION}"
         ))

@@ -13,6 +13,7 @@
 //! refuses writes. Frames: [`frame`], their IO: [`wire`], settings: [`config`].
 
 pub mod acks;
+pub mod auth;
 pub mod config;
 mod controlled;
 mod error;

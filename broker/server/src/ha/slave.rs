@@ -83,6 +83,19 @@ async fn session(repl: &Arc<Replication>, addr: &str) -> Result<(), HaError> {
             broker_id: repl.broker_id,
             max_offset: store.commit_log_max_offset(),
             epochs: store.epochs().entries().to_vec(),
+            auth: repl
+                .config
+                .cluster_secret
+                .as_deref()
+                .map(|secret| {
+                    super::auth::prove(
+                        secret,
+                        &repl.broker_name,
+                        repl.broker_id,
+                        conveyor_protocol::time::now_ms(),
+                    )
+                })
+                .unwrap_or_default(),
         },
         silent,
     )
