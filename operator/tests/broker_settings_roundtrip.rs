@@ -218,6 +218,7 @@ fn expected(mqc: &MessageQueueCluster, group: i32, ordinal: i32, pod_ip: &str) -
         grpc_listen: Some("0.0.0.0:8081".parse().unwrap()),
         grpc: conveyor::grpc::GrpcConfig::default(),
         tls: conveyor::tls::TlsConfig::default(),
+        acl: None,
         broker,
         store,
         limits: conveyor::remoting::ServeLimits::default(),

@@ -87,11 +87,16 @@ pub fn signature(secret: &str, content: &[u8]) -> String {
 
 /// True when `given` is the signature of `content` under `secret` (compared in constant time).
 pub fn verify(secret: &str, content: &[u8], given: &str) -> bool {
-    let Ok(tag) = base64::engine::general_purpose::STANDARD.decode(given) else {
-        return false;
-    };
+    match base64::engine::general_purpose::STANDARD.decode(given) {
+        Ok(tag) => verify_tag(secret, content, &tag),
+        Err(_) => false,
+    }
+}
+
+/// True when `tag` is the HMAC-SHA1 of `content` under `secret` (compared in constant time).
+pub fn verify_tag(secret: &str, content: &[u8], tag: &[u8]) -> bool {
     let key = ring::hmac::Key::new(ring::hmac::HMAC_SHA1_FOR_LEGACY_USE_ONLY, secret.as_bytes());
-    ring::hmac::verify(&key, content, &tag).is_ok()
+    ring::hmac::verify(&key, content, tag).is_ok()
 }
 
 static CLIENT_CREDENTIALS: RwLock<Option<Arc<Credentials>>> = RwLock::new(None);

@@ -322,6 +322,7 @@ pub async fn start(mut cfg: AppConfig) -> Result<Running, StartError> {
                 acceptor,
                 broker,
                 cfg.grpc.clone(),
+                acl.clone(),
                 shutdown.clone(),
             ));
         }

@@ -232,6 +232,7 @@ pub fn broker_settings(
         },
         controller: Default::default(),
         tls: Default::default(),
+        acl: Default::default(),
     };
     let overrides = Settings {
         broker: section_overrides("broker", &broker_entries, &managed.broker)?,

@@ -103,13 +103,14 @@ pub async fn serve(
     acceptor: crate::tls::Acceptor,
     broker: Arc<Broker>,
     config: GrpcConfig,
+    acl: Option<Arc<crate::acl::Acl>>,
     shutdown: CancellationToken,
 ) {
     let local = listener
         .local_addr()
         .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], GRPC_PORT)));
     let sessions = Arc::new(Sessions::default());
-    let upstream = Arc::new(Upstream::new(broker.clone()));
+    let upstream = Arc::new(Upstream::new(broker.clone(), acl));
     let endpoint = MessagingEndpoint {
         upstream: upstream.clone(),
         sessions: sessions.clone(),
@@ -127,6 +128,7 @@ pub async fn serve(
                         for s in sessions.expire(Instant::now()) {
                             renewer::release(&s, &upstream).await;
                             upstream.broker().on_disconnect(&s.conn);
+                            upstream.forget(&s.conn);
                         }
                     }
                     _ = shutdown.cancelled() => return,
@@ -238,14 +240,34 @@ async fn track_renewals(session: &Session, group: &str, topic: &str, messages: &
 type Reply<T> = Result<Response<T>, tonic::Status>;
 
 impl MessagingEndpoint {
+    /// The caller's session; with ACL on, only once its credentials hold (each call is
+    /// authenticated, and the session's requests are authorized as that user).
     fn session<T>(&self, req: &Request<T>) -> Result<Arc<Session>, Status> {
         let id = client_id(req)?;
-        Ok(self.sessions.get_or_create(
+        let subject = match self.upstream.acl() {
+            Some(acl) => {
+                let header = |name: &str| req.metadata().get(name).and_then(|v| v.to_str().ok());
+                let subject = acl
+                    .authenticate_grpc(
+                        peer(req).ip(),
+                        header("authorization"),
+                        header("x-mq-date-time"),
+                    )
+                    .map_err(|why| status(Code::Unauthorized, why))?;
+                Some(subject)
+            }
+            None => None,
+        };
+        let session = self.sessions.get_or_create(
             &id,
             peer(req),
             self.local,
             self.upstream.broker().broker_name(),
-        ))
+        );
+        if let Some(subject) = subject {
+            self.upstream.admit(&session.conn, subject);
+        }
+        Ok(session)
     }
 
     fn group_settings(&self, group: &str) -> (bool, i32) {

@@ -17,8 +17,9 @@ use conveyor_protocol::route::TopicRouteData;
 use conveyor_grpc_api::v2::Status;
 
 use super::convert::status;
+use crate::acl::{Acl, Subject};
 use crate::broker::Broker;
-use crate::remoting::{Connection, Link, Processor};
+use crate::remoting::{Connection, ConnectionId, Link, Processor};
 
 /// How long a route stays cached.
 const ROUTE_TTL: Duration = Duration::from_secs(3);
@@ -33,17 +34,62 @@ pub struct Upstream {
     masters: Mutex<HashMap<String, String>>,
     /// One link per remote master.
     links: Mutex<HashMap<String, Arc<Link>>>,
+    /// With ACL on: the rules every request is authorized against before it goes anywhere
+    /// (requests to other groups travel signed as the cluster).
+    acl: Option<Arc<Acl>>,
+    /// With ACL on: who each session's connection was authenticated as.
+    subjects: Mutex<HashMap<ConnectionId, Subject>>,
 }
 
 impl Upstream {
     /// Over this process's broker.
-    pub fn new(broker: Arc<Broker>) -> Self {
+    pub fn new(broker: Arc<Broker>, acl: Option<Arc<Acl>>) -> Self {
         Self {
             broker,
             routes: Mutex::new(HashMap::new()),
             masters: Mutex::new(HashMap::new()),
             links: Mutex::new(HashMap::new()),
+            acl,
+            subjects: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// The ACL in force, if any.
+    pub fn acl(&self) -> Option<&Arc<Acl>> {
+        self.acl.as_ref()
+    }
+
+    /// Records who the session on `conn` was authenticated as (its latest call).
+    pub fn admit(&self, conn: &Connection, subject: Subject) {
+        self.subjects
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(conn.id(), subject);
+    }
+
+    /// Forgets the session on `conn` (it expired).
+    pub fn forget(&self, conn: &Connection) {
+        self.subjects
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&conn.id());
+    }
+
+    /// With ACL on, whether the client of `conn` may make `request`.
+    fn authorize(&self, conn: &Connection, request: &RemotingCommand) -> Result<(), Status> {
+        let Some(acl) = &self.acl else {
+            return Ok(());
+        };
+        let subject = self
+            .subjects
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&conn.id())
+            .cloned()
+            .ok_or_else(|| status(Code::Unauthorized, "the session is not authenticated"))?;
+        let needs = crate::acl::needs::broker(request, |o| self.broker.record_topic(o));
+        acl.authorize(&subject, request.code, &needs)
+            .map_err(|why| status(Code::Unauthorized, why))
     }
 
     /// This process's broker.
@@ -97,6 +143,7 @@ impl Upstream {
         request: RemotingCommand,
         timeout: Duration,
     ) -> Result<RemotingCommand, Status> {
+        self.authorize(conn, &request)?;
         if broker_name.is_empty() || broker_name == self.broker.broker_name() {
             return self
                 .broker
