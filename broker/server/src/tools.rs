@@ -17,6 +17,36 @@ pub struct Target {
     /// Name servers, `host:port;host:port`.
     #[arg(long, env = "CONVEYOR_NAMESRV_ADDR", default_value = "127.0.0.1:9876")]
     pub namesrv_addr: String,
+    /// Sign requests as this user (a cluster with ACL on; RocketMQ's `accessKey`).
+    #[arg(long, env = "CONVEYOR_ACCESS_KEY", requires = "secret_key")]
+    pub access_key: Option<String>,
+    /// The user's secret key.
+    #[arg(
+        long,
+        env = "CONVEYOR_SECRET_KEY",
+        requires = "access_key",
+        hide_env_values = true
+    )]
+    pub secret_key: Option<String>,
+    /// Connect over TLS (a cluster whose TLS mode is enforcing; RocketMQ's `tls.enable`).
+    #[arg(long, env = "CONVEYOR_TLS")]
+    pub tls: bool,
+}
+
+impl Target {
+    /// Applies the credentials and TLS choice to every connection this process opens, and
+    /// returns the name servers' addresses.
+    pub fn connect(self) -> String {
+        if let (Some(ak), Some(sk)) = (self.access_key, self.secret_key) {
+            conveyor_remoting::acl::set_client_credentials(Some(
+                conveyor_remoting::acl::Credentials::new(ak, sk),
+            ));
+        }
+        if self.tls {
+            conveyor_remoting::tls::set_client_tls(true);
+        }
+        self.namesrv_addr
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -511,7 +541,7 @@ pub async fn bench(cmd: BenchCommand) -> anyhow::Result<()> {
             count,
             batch,
         } => {
-            let mut c = ProduceConfig::new(target.namesrv_addr, topic);
+            let mut c = ProduceConfig::new(target.connect(), topic);
             c.batch = batch;
             c.message_size = size;
             c.producers = producers;
@@ -529,7 +559,7 @@ pub async fn bench(cmd: BenchCommand) -> anyhow::Result<()> {
             consumers,
             batch,
         } => {
-            let mut c = ConsumeConfig::new(target.namesrv_addr, topic);
+            let mut c = ConsumeConfig::new(target.connect(), topic);
             c.consumers = consumers;
             c.batch = batch;
             let s = bench::consume(&c).await.context("consume benchmark")?;
@@ -552,7 +582,7 @@ pub async fn bench(cmd: BenchCommand) -> anyhow::Result<()> {
                 .context("no delay levels given")?;
             let c = bench::DelayConfig {
                 load: bench::CountedLoad {
-                    namesrv: target.namesrv_addr,
+                    namesrv: target.connect(),
                     topic,
                     group: "conveyor-bench-delay".into(),
                     message_size: size,
@@ -585,7 +615,7 @@ pub async fn bench(cmd: BenchCommand) -> anyhow::Result<()> {
             in_flight,
         } => {
             let c = bench::TransactionConfig {
-                namesrv: target.namesrv_addr,
+                namesrv: target.connect(),
                 topic,
                 group: "conveyor-bench-tx".into(),
                 message_size: size,
@@ -603,7 +633,7 @@ pub async fn bench(cmd: BenchCommand) -> anyhow::Result<()> {
             topic,
             trials,
         } => {
-            let mut c = LongPollConfig::new(target.namesrv_addr, topic);
+            let mut c = LongPollConfig::new(target.connect(), topic);
             c.trials = trials;
             let s = bench::long_poll_latency(&c)
                 .await
@@ -625,7 +655,7 @@ pub async fn bench(cmd: BenchCommand) -> anyhow::Result<()> {
             ledger,
         } => {
             use std::io::Write;
-            let consumer = PullConsumer::new(PullConsumerConfig::new(target.namesrv_addr, group))?;
+            let consumer = PullConsumer::new(PullConsumerConfig::new(target.connect(), group))?;
             let mut out: Box<dyn Write + Send> = match &ledger {
                 Some(path) => Box::new(
                     std::fs::OpenOptions::new()
@@ -682,7 +712,7 @@ pub async fn bench(cmd: BenchCommand) -> anyhow::Result<()> {
             scrapes,
         } => {
             let r = bench::scrape_cost(&ScrapeConfig {
-                namesrv: target.namesrv_addr,
+                namesrv: target.connect(),
                 cluster,
                 metrics_url,
                 broker_pid,
@@ -724,7 +754,7 @@ pub async fn bench(cmd: BenchCommand) -> anyhow::Result<()> {
 pub async fn admin(cmd: AdminCommand) -> anyhow::Result<()> {
     match cmd {
         AdminCommand::Cluster { target } => {
-            let admin = Admin::new(&target.namesrv_addr)?;
+            let admin = Admin::new(&target.connect())?;
             let info = admin.cluster_info().await?;
             println!(
                 "{:<20} {:<20} {:<12} {:<6} address",
@@ -742,7 +772,7 @@ pub async fn admin(cmd: AdminCommand) -> anyhow::Result<()> {
             }
         }
         AdminCommand::Topics { target } => {
-            let admin = Admin::new(&target.namesrv_addr)?;
+            let admin = Admin::new(&target.connect())?;
             println!(
                 "{:<40} {:<12} {:<6} {:>12} {:>12}",
                 "topic", "broker", "queue", "min", "max"
@@ -765,7 +795,7 @@ pub async fn admin(cmd: AdminCommand) -> anyhow::Result<()> {
             queues,
             cluster,
         } => {
-            let admin = Admin::new(&target.namesrv_addr)?;
+            let admin = Admin::new(&target.connect())?;
             let brokers = admin
                 .create_topic(&cluster, &TopicSpec::new(&topic, queues))
                 .await?;
@@ -842,7 +872,7 @@ pub async fn admin(cmd: AdminCommand) -> anyhow::Result<()> {
             undo,
             output,
         } => {
-            let admin = Admin::new(&target.namesrv_addr)?;
+            let admin = Admin::new(&target.connect())?;
             let changed = admin.set_write_permission(&broker_name, undo).await?;
             if output == "json" {
                 let doc: Vec<_> = changed
@@ -878,7 +908,7 @@ pub async fn admin(cmd: AdminCommand) -> anyhow::Result<()> {
                     format!("--to {t:?}: not earliest, latest or a time in ms since the epoch")
                 })?),
             };
-            let admin = Admin::new(&target.namesrv_addr)?;
+            let admin = Admin::new(&target.connect())?;
             let resets = admin.reset_offsets(&group, &topic, to).await?;
             if output == "json" {
                 let doc: Vec<_> = resets
@@ -915,7 +945,7 @@ pub async fn admin(cmd: AdminCommand) -> anyhow::Result<()> {
             group,
             topic,
         } => {
-            let admin = Admin::new(&target.namesrv_addr)?;
+            let admin = Admin::new(&target.connect())?;
             let p = admin.consumer_progress(&group, &topic).await?;
             println!(
                 "{:<12} {:<6} {:>14} {:>14} {:>10}",
