@@ -13,6 +13,10 @@ mkdir -p "$CONVEYOR_CACHE"
 if [ "${CI:-}" = "true" ]; then
   # CI clones afresh each run: keep compiled dependencies between runs.
   export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$CONVEYOR_CACHE/target}"
+  # Each run builds the workspace crates once: incremental compilation's caches would only
+  # grow the cache (15 GB after a few runs, on a disk the brokers under test refuse to fill
+  # past 90 %).
+  export CARGO_INCREMENTAL=0
 fi
 export CARGO_TERM_COLOR=never
 

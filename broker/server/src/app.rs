@@ -290,12 +290,11 @@ pub async fn start(mut cfg: AppConfig) -> Result<Running, StartError> {
         tasks.spawn(broker.clone().run_timer(shutdown.clone()));
         tasks.spawn(broker.clone().run_transaction_checks(shutdown.clone()));
         tasks.spawn(broker.clone().run_pop(shutdown.clone()));
-        tasks.spawn(
-            broker
-                .replication()
-                .clone()
-                .run(ha_listener, shutdown.clone()),
-        );
+        tasks.spawn(broker.replication().clone().run(
+            ha_listener,
+            remoting_tls.clone(),
+            shutdown.clone(),
+        ));
         tasks.spawn(broker.clone().run_slave_sync(shutdown.clone()));
         running.replication_addr = Some(ha_addr);
         tasks.spawn(serve_behind(

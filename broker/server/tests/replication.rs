@@ -476,3 +476,94 @@ async fn zone_reads() {
     );
     assert!(groups(namesrv.request(route(Some("zone-b"))).await).is_empty());
 }
+
+/// TLS enforcing and ACL on (issue 25): a slave that has the cluster secret follows its
+/// master over TLS; one with another secret is refused; a plaintext connection to the
+/// replication port is closed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_tls_enforcing_and_acl_only_members_with_the_secret_replicate() {
+    let tmp = tempfile::tempdir().unwrap();
+    let users = tmp.path().join("plain_acl.yml");
+    std::fs::write(&users, "accounts: []\n").unwrap();
+    let secured = |secret: &str| {
+        let file = tmp.path().join(format!("secret-{secret}"));
+        std::fs::write(&file, secret).unwrap();
+        format!(
+            "[tls]\nmode = \"enforcing\"\n[acl]\nenabled = true\nusers-file = {:?}\ncluster-secret-file = {:?}\n",
+            users, file
+        )
+    };
+    let (m, s, r) = (
+        node(tmp.path(), "master", &secured("the-cluster-secret-1")),
+        node(tmp.path(), "slave", &secured("the-cluster-secret-1")),
+        node(tmp.path(), "rogue", &secured("another-secret-of-16")),
+    );
+    let mut master = master(&m, "ASYNC_MASTER").await;
+    let mut member = slave(&s, &master).await;
+    let follows = |id: &'static str| {
+        let http = master.http;
+        async move {
+            common::http_get(http, "/metrics")
+                .await
+                .is_ok_and(|(_, text)| {
+                    text.contains(&format!(
+                        "conveyor_replication_slave_lag_bytes{{slave=\"{id}\"}}"
+                    ))
+                })
+        }
+    };
+    common::wait_until("the member follows its master over TLS", DEADLINE, || {
+        follows("1")
+    })
+    .await;
+
+    // A broker of another cluster secret pointed at the master's replication port (its
+    // registration with the name server is refused too, so it is not waited for).
+    let ha = master.replication.to_string();
+    let mut rogue = Broker::spawn_as(
+        &r.data,
+        &r.config,
+        &r.log,
+        Mode::Broker {
+            namesrv: master.namesrv,
+        },
+        &[
+            "--broker-role",
+            "SLAVE",
+            "--broker-id",
+            "2",
+            "--master-address",
+            &ha,
+        ],
+    );
+    common::wait_until("the rogue is refused for its secret", DEADLINE, || {
+        let log = std::fs::read_to_string(&r.log).unwrap_or_default();
+        async move { log.contains("does not match the cluster secret") }
+    })
+    .await;
+    assert!(
+        !follows("2").await,
+        "a broker without the cluster secret follows the master"
+    );
+
+    // The replication port takes TLS only.
+    let ha = master.replication;
+    let mut plain = tokio::net::TcpStream::connect(ha).await.unwrap();
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    plain
+        .write_all(&[0, 0, 0, 8, 1, 0, 1, 0, 0, 0, 0, 0])
+        .await
+        .unwrap();
+    let mut buf = [0u8; 16];
+    let read = tokio::time::timeout(DEADLINE, plain.read(&mut buf))
+        .await
+        .unwrap();
+    assert!(
+        matches!(read, Ok(0) | Err(_)),
+        "a plaintext peer got {read:?}"
+    );
+
+    let _ = rogue.terminate(DEADLINE).await;
+    let _ = member.terminate(DEADLINE).await;
+    let _ = master.terminate(DEADLINE).await;
+}

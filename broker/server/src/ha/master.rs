@@ -9,8 +9,8 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use super::error::HaError;
@@ -22,6 +22,7 @@ use super::wire::{read_frame, write_frame, write_parts};
 pub(super) async fn serve(
     repl: Arc<Replication>,
     listener: TcpListener,
+    tls: crate::tls::Acceptor,
     shutdown: CancellationToken,
 ) {
     loop {
@@ -39,7 +40,20 @@ pub(super) async fn serve(
         };
         let repl = repl.clone();
         let shutdown = shutdown.clone();
+        let tls = tls.clone();
         tokio::spawn(async move {
+            // TLS or plaintext, as the port's mode allows (the slave's stream is the whole
+            // log: with TLS enforcing it never crosses the network in the clear).
+            let stream = match tls
+                .accept(stream, repl.config.housekeeping_interval())
+                .await
+            {
+                Ok(s) => s,
+                Err(e) => {
+                    tracing::debug!(%peer, error = %e, "replication connection refused");
+                    return;
+                }
+            };
             let id = repl.next_connection.fetch_add(1, Ordering::Relaxed);
             tokio::select! {
                 r = connection(&repl, stream, peer, id) => {
@@ -56,11 +70,11 @@ pub(super) async fn serve(
 /// One slave: handshake, then send and receive acknowledgements until either fails.
 async fn connection(
     repl: &Replication,
-    stream: TcpStream,
+    stream: crate::tls::MaybeTls,
     peer: SocketAddr,
     id: u64,
 ) -> Result<(), HaError> {
-    stream.set_nodelay(true)?;
+    stream.tcp().set_nodelay(true)?;
     let (mut rd, mut wr) = stream.into_split();
     let silent = repl.config.housekeeping_interval();
     let Frame::SlaveHello {
@@ -172,7 +186,7 @@ async fn connection(
 /// batches (never past a segment end or into another term), and a heartbeat when idle.
 async fn send(
     repl: &Replication,
-    wr: &mut OwnedWriteHalf,
+    wr: &mut (impl AsyncWrite + Unpin),
     from: u64,
     broker_id: i64,
     connection: u64,
@@ -231,7 +245,7 @@ async fn send(
 /// the high watermark lets consumers see the records below it.
 async fn receive_acks(
     repl: &Replication,
-    rd: &mut OwnedReadHalf,
+    rd: &mut (impl AsyncRead + Unpin),
     broker_id: i64,
     id: u64,
 ) -> Result<(), HaError> {

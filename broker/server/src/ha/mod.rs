@@ -38,10 +38,16 @@ pub use replication::{Replication, RoleState};
 pub use zones::Zones;
 
 impl Replication {
-    /// Runs until `shutdown`: serves slaves on `listener` while master, follows the master
-    /// while slave, and in controller mode heartbeats to the controller and does what it says.
-    pub async fn run(self: Arc<Self>, listener: TcpListener, shutdown: CancellationToken) {
-        let serving = master::serve(self.clone(), listener, shutdown.clone());
+    /// Runs until `shutdown`: serves slaves on `listener` (TLS as `tls` allows) while
+    /// master, follows the master while slave, and in controller mode heartbeats to the
+    /// controller and does what it says.
+    pub async fn run(
+        self: Arc<Self>,
+        listener: TcpListener,
+        tls: crate::tls::Acceptor,
+        shutdown: CancellationToken,
+    ) {
+        let serving = master::serve(self.clone(), listener, tls, shutdown.clone());
         let following = slave::follow(self.clone(), shutdown.clone());
         if self.config.controller_mode() {
             tokio::join!(serving, following, controlled::run(self.clone(), shutdown));

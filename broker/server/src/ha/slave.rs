@@ -14,7 +14,7 @@ use conveyor_protocol::time::now_ms;
 use conveyor_settings::SlaveAck;
 use conveyor_store::epoch::consistent_point;
 use conveyor_store::MessageStore;
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
@@ -66,6 +66,36 @@ pub(super) async fn follow(repl: Arc<Replication>, shutdown: CancellationToken) 
     }
 }
 
+/// The reading and writing halves of a connection to the master at `addr`: over TLS when
+/// this process's clients use it (TLS enforcing, as the other ports), else plaintext.
+async fn connect_halves(
+    stream: TcpStream,
+    addr: &str,
+    deadline: std::time::Duration,
+) -> Result<
+    (
+        Box<dyn AsyncRead + Send + Unpin>,
+        Box<dyn AsyncWrite + Send + Unpin>,
+    ),
+    HaError,
+> {
+    if !conveyor_remoting::tls::client_tls() {
+        let (rd, wr) = stream.into_split();
+        return Ok((Box::new(rd), Box::new(wr)));
+    }
+    let host = addr.rsplit_once(':').map_or(addr, |(h, _)| h).to_string();
+    let name = rustls::pki_types::ServerName::try_from(host)
+        .unwrap_or_else(|_| rustls::pki_types::ServerName::from(std::net::Ipv4Addr::LOCALHOST));
+    let tls = tokio::time::timeout(
+        deadline,
+        conveyor_remoting::tls::connector().connect(name, stream),
+    )
+    .await
+    .map_err(|_| HaError::Silent(deadline))??;
+    let (rd, wr) = tokio::io::split(tls);
+    Ok((Box::new(rd), Box::new(wr)))
+}
+
 /// One connection to the master.
 async fn session(repl: &Arc<Replication>, addr: &str) -> Result<(), HaError> {
     let silent = repl.config.housekeeping_interval();
@@ -73,7 +103,7 @@ async fn session(repl: &Arc<Replication>, addr: &str) -> Result<(), HaError> {
         .await
         .map_err(|_| HaError::Silent(silent))??;
     stream.set_nodelay(true)?;
-    let (mut rd, mut wr) = stream.into_split();
+    let (mut rd, mut wr) = connect_halves(stream, addr, silent).await?;
     let store = &repl.store;
     write_frame(
         &mut wr,
@@ -218,7 +248,7 @@ fn align(
 /// Appends what the master sends; publishes the end held after each batch.
 async fn receive(
     repl: &Replication,
-    rd: &mut OwnedReadHalf,
+    rd: &mut (impl AsyncRead + Unpin),
     from: u64,
     held: watch::Sender<u64>,
 ) -> Result<(), HaError> {
@@ -282,7 +312,7 @@ async fn receive(
 /// changed carries it, so the master can send consumers of that zone here.
 async fn acknowledge(
     repl: &Replication,
-    wr: &mut OwnedWriteHalf,
+    wr: &mut (impl AsyncWrite + Unpin),
     mut held: watch::Receiver<u64>,
 ) -> Result<(), HaError> {
     let silent = repl.config.housekeeping_interval();
