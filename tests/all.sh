@@ -74,6 +74,7 @@ suite() { # suite TITLE SCRIPT
 }
 
 suite "real RocketMQ clients against conveyor standalone" tests/compat/run-against-standalone.sh
+suite "ACL with real clients" tests/compat/acl.sh
 suite "5.x SDKs with ACL" tests/compat/grpc-acl.sh
 # Replication: the Java producer through 20 SIGKILLs of the master (controller mode), with a ledger.
 suite "failover with the Java client" tests/compat/failover.sh
