@@ -47,12 +47,14 @@ pub async fn run_controller(
     namespace: Option<String>,
     instance: Option<String>,
     failover: Option<FailoverSettings>,
+    cluster_secret: Option<crate::builders::ClusterSecret>,
     telemetry: Telemetry,
 ) {
     telemetry.set_state(State::Syncing);
     let ns = namespace.as_deref();
     let mut ctx =
         Context::new(client.clone(), instance.clone()).with_metrics(telemetry.metrics.clone());
+    ctx.env.cluster_secret = cluster_secret;
     // The replication controller serves only while this replica leads: it stops (and its
     // detection loops with it) when this function's future is dropped.
     let stop = tokio_util::sync::CancellationToken::new();
@@ -111,11 +113,13 @@ pub async fn run_controller(
     let autoscalers =
         crate::autoscaler::run::run(client.clone(), namespace.clone(), instance.clone());
     let topics = crate::topics::run::run(client.clone(), namespace.clone(), instance);
+    let users = crate::users::run::run(client.clone(), namespace.clone());
     let run = async move {
         tokio::select! {
             _ = run => {}
             _ = autoscalers => {}
             _ = topics => {}
+            _ = users => {}
         }
     };
     let mut run = std::pin::pin!(run);
@@ -140,10 +144,19 @@ pub async fn run_leader_elected(
     instance: Option<String>,
     elector: Option<LeaderElector>,
     failover: Option<FailoverSettings>,
+    cluster_secret: Option<crate::builders::ClusterSecret>,
     telemetry: Telemetry,
 ) {
     let Some(elector) = elector else {
-        run_controller(client, namespace, instance, failover, telemetry).await;
+        run_controller(
+            client,
+            namespace,
+            instance,
+            failover,
+            cluster_secret,
+            telemetry,
+        )
+        .await;
         return;
     };
     loop {
@@ -159,7 +172,7 @@ pub async fn run_leader_elected(
             _ = shutdown_signal() => return,
         }
         tokio::select! {
-            _ = run_controller(client.clone(), namespace.clone(), instance.clone(), failover.clone(), telemetry.clone()) => {
+            _ = run_controller(client.clone(), namespace.clone(), instance.clone(), failover.clone(), cluster_secret.clone(), telemetry.clone()) => {
                 elector.release().await;
                 return;
             }

@@ -61,6 +61,88 @@ pub struct MessageQueueClusterSpec {
     /// How clients reach the name servers.
     #[serde(default)]
     pub service: ServiceExposure,
+    /// TLS, access control and network isolation.
+    #[serde(default, skip_serializing_if = "SecuritySpec::is_default")]
+    pub security: SecuritySpec,
+}
+
+/// TLS, access control (RocketMQ's ACL) and network isolation of a cluster.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SecuritySpec {
+    /// TLS on the name servers' and brokers' client ports and the replication port.
+    #[serde(default)]
+    pub tls: TlsSpec,
+    /// Access control: every request signed by a `MessageQueueUser` of the cluster (or by
+    /// the cluster itself) and allowed by its permissions.
+    #[serde(default)]
+    pub acl: AclSpec,
+    /// A NetworkPolicy: client ports open, the replication port only to the group's own pods.
+    #[serde(default)]
+    pub network_policy: NetworkPolicySpec,
+}
+
+impl SecuritySpec {
+    fn is_default(&self) -> bool {
+        *self == Self::default()
+    }
+}
+
+/// TLS settings.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TlsSpec {
+    /// Permissive: TLS and plaintext on each port (RocketMQ's default); Enforcing: TLS only;
+    /// Off: plaintext only.
+    #[serde(default)]
+    pub mode: TlsMode,
+    /// A `kubernetes.io/tls` Secret (`tls.crt`, `tls.key`) in the cluster's namespace, such
+    /// as a cert-manager Certificate writes; renewed files are picked up without a restart.
+    /// Unset: each server generates a self-signed certificate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret_name: Option<String>,
+}
+
+/// TLS mode of every port.
+// Variants are documented by their names; doc comments on them would turn the generated
+// schema's `enum` into a `oneOf` and change the CRD.
+#[allow(missing_docs)]
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, Default, JsonSchema)]
+pub enum TlsMode {
+    #[default]
+    Permissive,
+    Enforcing,
+    Off,
+}
+
+impl TlsMode {
+    /// The value `conveyor --tls-mode` takes.
+    pub fn as_flag(self) -> &'static str {
+        match self {
+            TlsMode::Permissive => "permissive",
+            TlsMode::Enforcing => "enforcing",
+            TlsMode::Off => "off",
+        }
+    }
+}
+
+/// Access control settings.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AclSpec {
+    /// Check every request (RocketMQ's `aclEnable`). Users are `MessageQueueUser` resources
+    /// naming this cluster.
+    #[serde(default)]
+    pub enabled: bool,
+}
+
+/// NetworkPolicy settings.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NetworkPolicySpec {
+    /// Render a NetworkPolicy for the cluster's pods.
+    #[serde(default)]
+    pub enabled: bool,
 }
 
 /// Image pull policy.
@@ -400,6 +482,10 @@ pub fn crd_files() -> Vec<(&'static str, String)> {
         (
             "messagequeuetopics",
             render(&crate::topics::resource::MessageQueueTopic::crd()),
+        ),
+        (
+            "messagequeueusers",
+            render(&crate::users::resource::MessageQueueUser::crd()),
         ),
     ]
 }

@@ -6,6 +6,7 @@
 
 pub mod autoscaler;
 pub mod builders;
+pub mod cluster_secret;
 pub mod controller;
 pub mod crd;
 pub mod events;
@@ -15,3 +16,4 @@ pub mod reconcile;
 pub mod rocketmq;
 pub mod telemetry;
 pub mod topics;
+pub mod users;

@@ -28,6 +28,19 @@ enum Command {
         #[arg(default_value = "messagequeueclusters")]
         plural: String,
     },
+    /// Print the objects the operator would apply for a MessageQueueCluster manifest, as
+    /// YAML (a preview for review or GitOps diffs, and what the offline schema checks read).
+    /// The cluster secret's value is a placeholder.
+    Render {
+        /// The MessageQueueCluster manifest.
+        file: std::path::PathBuf,
+        /// The replication controller's address brokers are given (failover).
+        #[arg(
+            long,
+            default_value = "conveyor-operator-controller.conveyor-system.svc:9878"
+        )]
+        controller_addr: String,
+    },
     /// Run the operator.
     Run(Box<RunArgs>),
 }
@@ -113,6 +126,31 @@ async fn main() -> anyhow::Result<()> {
             print!("{yaml}");
             Ok(())
         }
+        Command::Render {
+            file,
+            controller_addr,
+        } => {
+            let text = std::fs::read_to_string(&file)
+                .with_context(|| format!("cannot read {}", file.display()))?;
+            let mut mqc: conveyor_operator::crd::MessageQueueCluster =
+                serde_yaml::from_str(&text).with_context(|| format!("{}", file.display()))?;
+            // Owner references need a uid, which only the API server gives.
+            mqc.metadata
+                .uid
+                .get_or_insert_with(|| "00000000-0000-0000-0000-000000000000".into());
+            let env = conveyor_operator::builders::OperatorEnv {
+                controller_addr: Some(controller_addr),
+                cluster_secret: Some(conveyor_operator::builders::ClusterSecret(
+                    "placeholder-rendered-offline".into(),
+                )),
+            };
+            let plan = conveyor_operator::reconcile::plan::plan(&mqc, &Default::default(), &env);
+            for stall in &plan.stalls {
+                eprintln!("refused: {}", stall.message);
+            }
+            print!("{}", conveyor_operator::reconcile::plan::to_yaml(&plan)?);
+            Ok(())
+        }
         Command::Run(args) => {
             tracing_subscriber::fmt()
                 .with_env_filter(
@@ -167,6 +205,33 @@ async fn main() -> anyhow::Result<()> {
                     }
                 },
             };
+            // The secret the clusters' processes and the operator sign their requests to each
+            // other with under ACL: the operator's own requests to brokers and name servers
+            // are signed with it from here on.
+            let secret_namespace = args
+                .lease_namespace
+                .clone()
+                .unwrap_or_else(|| "default".into());
+            let cluster_secret = match conveyor_operator::cluster_secret::ensure(
+                &client,
+                &secret_namespace,
+            )
+            .await
+            {
+                Ok(secret) => {
+                    conveyor_remoting::acl::set_client_credentials(Some(
+                        conveyor_remoting::acl::Credentials::new(
+                            conveyor::acl::CLUSTER_ACCESS_KEY,
+                            secret.0.clone(),
+                        ),
+                    ));
+                    Some(secret)
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "no cluster secret: clusters cannot turn ACL on");
+                    None
+                }
+            };
             tracing::info!(%identity, namespace = ?args.namespace, "conveyor-operator starting");
             conveyor_operator::controller::run_leader_elected(
                 client,
@@ -174,6 +239,7 @@ async fn main() -> anyhow::Result<()> {
                 Some(identity),
                 elector,
                 failover,
+                cluster_secret,
                 telemetry,
             )
             .await;

@@ -96,6 +96,7 @@ fn cluster(
             },
             placement: Placement::default(),
             service: ServiceExposure::default(),
+            security: Default::default(),
         },
     );
     mqc.metadata.namespace = Some("mq".into());

@@ -48,9 +48,13 @@ assert json.loads(dash[0]["data"]["conveyor-dashboard.json"])["panels"]
 '
   }
   check "metrics.podMonitor/dashboard render two PodMonitors and the Grafana dashboard ConfigMap" monitoring_renders
-  if grep -nE 'verbs:.*"\*"|resources:.*"\*"|pods/exec|"secrets"' "$CONVEYOR_CACHE/rendered.yaml"; then
-    bad "RBAC has wildcards, pods/exec or secrets"
-  else ok "RBAC: no wildcards, no pods/exec, no secrets"; fi
+  if grep -nE 'verbs:.*"\*"|resources:.*"\*"|pods/exec' "$CONVEYOR_CACHE/rendered.yaml"; then
+    bad "RBAC has wildcards or pods/exec"
+  else ok "RBAC: no wildcards, no pods/exec"; fi
+  # Secrets (ACL): read, made and patched one by one, never listed, watched or deleted.
+  if grep -A1 '"secrets"' "$CONVEYOR_CACHE/rendered.yaml" | grep -E 'verbs:' | grep -E '"(list|watch|delete|deletecollection)"'; then
+    bad "RBAC lets the operator list, watch or delete secrets"
+  else ok "RBAC: secrets only got, created and patched by name"; fi
 else skip "helm missing (npm route failed?)"; fi
 VPY="$CONVEYOR_CACHE/k8s-tools/venv/bin/python"
 if [ -x "$VPY" ] && "$VPY" -c 'import jsonschema, yaml' 2>/dev/null; then
@@ -67,6 +71,15 @@ if ! have kubectl; then skip "kubectl missing: API-server tests skipped"; echo "
 KBIN=$(WITH_CONTROLLER_MANAGER=1 tests/k8s/build-apiserver.sh)
 cargo build -q -p conveyor-operator -p conveyor
 OPERATOR="${CARGO_TARGET_DIR:-$ROOT/target}/debug/conveyor-operator"
+# What the operator renders for the example (security on: NetworkPolicies, Secrets, non-root
+# read-only pods), validated offline against every supported Kubernetes version.
+"$OPERATOR" render examples/messagequeuecluster.yaml > "$CONVEYOR_CACHE/rendered-objects.yaml"
+if have kubernetes-validate; then
+  for v in 1.30.0 1.31.0 1.32.0 1.33.0 1.34.0 1.35.0 1.36.0 1.37.0; do
+    check "kubernetes-validate --strict $v (objects the operator renders for examples/)" \
+      kubernetes-validate --quiet -k "$v" --strict "$CONVEYOR_CACHE/rendered-objects.yaml"
+  done
+else skip "kubernetes-validate missing"; fi
 
 D=$(mktemp -d)
 PIDS=()
@@ -95,6 +108,7 @@ else HAVE_GC=; fi
 
 check "CRD applies" quiet K apply --server-side -f crds/
 wait_for 30 "CRD established" K wait --for=condition=Established crd/messagequeueclusters.conveyor.dev --timeout=5s
+wait_for 30 "MessageQueueUser CRD established" K wait --for=condition=Established crd/messagequeueusers.conveyor.dev --timeout=5s
 check "example passes server-side dry-run" quiet K apply --dry-run=server -f examples/messagequeuecluster.yaml
 check "example applies" quiet K apply -f examples/messagequeuecluster.yaml
 
@@ -105,7 +119,7 @@ check "helm install into the API server" quiet helm install conveyor-operator ch
   --namespace "$OPNS" --create-namespace --kubeconfig "$KUBECONFIG"
 SA_TOKEN=$(K create token conveyor-operator -n "$OPNS" --duration=3h)
 sed -e "s/token: admin-token/token: $SA_TOKEN/" "$KUBECONFIG" > "$D/kubeconfig-sa"
-check "ServiceAccount cannot read secrets or exec into pods" bash -c \
+check "ServiceAccount cannot list secrets or exec into pods" bash -c \
   "[ \"\$(kubectl --kubeconfig '$D/kubeconfig-sa' auth can-i list secrets -A)\" = no ] && [ \"\$(kubectl --kubeconfig '$D/kubeconfig-sa' auth can-i create pods/exec -A)\" = no ]"
 # The operator's replication controller (failover) on a free loopback port, given to brokers as is.
 CP=$(free_port)
@@ -123,6 +137,60 @@ for obj in configmap/demo-broker-0-config configmap/demo-broker-1-config service
            poddisruptionbudget/demo-broker-0 poddisruptionbudget/demo-broker-1; do
   wait_for 60 "$obj exists with a controller owner reference" owned_ok "${obj%/*}" "${obj#*/}"
 done
+echo "-- security: TLS, ACL (MessageQueueUser), NetworkPolicy, pod settings"
+for obj in secret/demo-cluster-secret secret/demo-acl-users networkpolicy/demo-network \
+           networkpolicy/demo-broker-0-replication networkpolicy/demo-broker-1-replication; do
+  wait_for 60 "$obj exists with a controller owner reference" owned_ok "${obj%/*}" "${obj#*/}"
+done
+check "the operator made its cluster secret in its own namespace, and the cluster has a copy" bash -c \
+  "a=\$(kubectl get secret conveyor-cluster-secret -n $OPNS -o jsonpath='{.data.secret}'); [ -n \"\$a\" ] && [ \"\$a\" = \"\$(kubectl get secret demo-cluster-secret -o jsonpath='{.data.secret}')\" ]"
+acl_flags() { # statefulset
+  local t; t=$(K get sts "$1" -o jsonpath='{.spec.template.spec.containers[0].args}{.spec.template.spec.volumes}')
+  grep -q -- '--acl-users-file' <<<"$t" && grep -q 'demo-acl-users' <<<"$t" && grep -q 'demo-cluster-secret' <<<"$t"
+}
+check "name servers and brokers run with the ACL flags and mount the users file and cluster secret" \
+  bash -c "$(declare -f acl_flags K); acl_flags demo-namesrv && acl_flags demo-broker-0"
+check "broker pods: non-root, read-only root filesystem, no service-account token" test \
+  "$(K get sts demo-broker-0 -o jsonpath='{.spec.template.spec.securityContext.runAsNonRoot}/{.spec.template.spec.containers[0].securityContext.readOnlyRootFilesystem}/{.spec.template.spec.automountServiceAccountToken}')" = "true/true/false"
+check "the replication port is open only to the group's pods" test \
+  "$(K get networkpolicy demo-broker-1-replication -o jsonpath='{.spec.podSelector.matchLabels.conveyor\.dev/broker-group}/{.spec.ingress[0].from[0].podSelector.matchLabels.conveyor\.dev/broker-group}/{.spec.ingress[0].ports[0].port}')" = "1/1/10912"
+check "example user passes server-side dry-run" quiet K apply --dry-run=server -f examples/messagequeueuser.yaml
+cat > "$D/short-user.yaml" <<'EOF'
+apiVersion: conveyor.dev/v1alpha1
+kind: MessageQueueUser
+metadata: {name: short6, namespace: default}
+spec: {clusterRef: {name: demo}}
+EOF
+check "a user whose name (access key) has 6 characters is refused (CEL)" bash -c \
+  "! kubectl apply --dry-run=server -f '$D/short-user.yaml' >/dev/null 2>&1"
+check "example user applies" quiet K apply -f examples/messagequeueuser.yaml
+b64d() { base64 -d 2>/dev/null; }
+user_key() { K get secret orders-app -o jsonpath='{.data.secretKey}' | b64d; }
+user_secret_ok() {
+  [ "$(K get secret orders-app -o jsonpath='{.data.accessKey}' | b64d)" = orders-app ] && [ "$(user_key | wc -c)" -ge 16 ]
+}
+wait_for 60 "MessageQueueUser orders-app gets Secret orders-app (accessKey, a generated secretKey)" user_secret_ok
+users_file() { K get secret demo-acl-users -o jsonpath='{.data.plain_acl\.yml}' | b64d; }
+listed() { users_file | grep -q "accessKey: orders-app"; }
+wait_for 60 "the cluster's users file lists orders-app" listed
+check "the users file carries its secret key and permissions" bash -c \
+  "f=\$(kubectl get secret demo-acl-users -o jsonpath='{.data.plain_acl\.yml}' | base64 -d); grep -q \"secretKey: \$(kubectl get secret orders-app -o jsonpath='{.data.secretKey}' | base64 -d)\" <<<\"\$f\" && grep -q 'Orders=PUB|SUB' <<<\"\$f\" && grep -q 'order-workers=SUB' <<<\"\$f\""
+mqu_ready() { [ "$(K get mqu orders-app -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}/{.status.secretName}')" = "True/orders-app" ]; }
+wait_for 60 "MessageQueueUser Ready=True, status.secretName" mqu_ready
+KEY1=$(user_key)
+K annotate mqu orders-app conveyor.dev/touched=1 --overwrite >/dev/null
+K patch mqu orders-app --type merge -p '{"spec":{"groups":[{"name":"order-workers","permission":"Sub"},{"name":"billing","permission":"Sub"}]}}' >/dev/null
+wait_for 60 "a permission change reaches the users file" bash -c "$(declare -f users_file b64d K); users_file | grep -q 'billing=SUB'"
+check "the secret key survives the change" test "$(user_key)" = "$KEY1"
+check "the user cannot be deleted past its finalizer before the file drops it" test \
+  "$(K get mqu orders-app -o jsonpath='{.metadata.finalizers[0]}')" = conveyor.dev/users-file
+K delete mqu orders-app --wait=true --timeout=60s >/dev/null
+check "a deleted user is gone from the users file (the servers refuse it at their next reload)" bash -c \
+  "$(declare -f users_file b64d K); ! users_file | grep -q 'accessKey: orders-app'"
+if [ -n "$HAVE_GC" ]; then
+  wait_for 60 "its credentials Secret goes with it (garbage collector)" bash -c "! kubectl get secret orders-app >/dev/null 2>&1"
+fi
+
 check "broker StatefulSets have a PVC template of 10Gi" test \
   "$(K get sts demo-broker-0 -o jsonpath='{.spec.volumeClaimTemplates[0].spec.resources.requests.storage}')" = 10Gi
 check "headless name-server Service" test "$(K get svc demo-namesrv-headless -o jsonpath='{.spec.clusterIP}')" = None

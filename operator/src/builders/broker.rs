@@ -108,6 +108,8 @@ pub fn broker_statefulset(
         "--zone-file".into(),
         format!("{POD_INFO_DIR}/zone"),
     ];
+    let security = super::security::pod_security(mqc);
+    let args: Vec<String> = args.into_iter().chain(security.args).collect();
     let mut hashed: Vec<&str> = vec!["broker", "args"];
     let joined = args.join(" ");
     hashed.push(&joined);
@@ -133,25 +135,30 @@ pub fn broker_statefulset(
         liveness_probe: Some(http_probe("/healthz", 10, 6, 30)),
         resources: spec.broker.resources.clone(),
         security_context: Some(container_security()),
-        volume_mounts: Some(vec![
-            VolumeMount {
-                name: "data".into(),
-                mount_path: DATA_DIR.into(),
-                ..Default::default()
-            },
-            VolumeMount {
-                name: "config".into(),
-                mount_path: CONFIG_DIR.into(),
-                read_only: Some(true),
-                ..Default::default()
-            },
-            VolumeMount {
-                name: "pod-info".into(),
-                mount_path: POD_INFO_DIR.into(),
-                read_only: Some(true),
-                ..Default::default()
-            },
-        ]),
+        volume_mounts: Some(
+            [
+                VolumeMount {
+                    name: "data".into(),
+                    mount_path: DATA_DIR.into(),
+                    ..Default::default()
+                },
+                VolumeMount {
+                    name: "config".into(),
+                    mount_path: CONFIG_DIR.into(),
+                    read_only: Some(true),
+                    ..Default::default()
+                },
+                VolumeMount {
+                    name: "pod-info".into(),
+                    mount_path: POD_INFO_DIR.into(),
+                    read_only: Some(true),
+                    ..Default::default()
+                },
+            ]
+            .into_iter()
+            .chain(security.mounts)
+            .collect(),
+        ),
         ..Default::default()
     };
     let storage = &spec.broker.storage;
@@ -207,33 +214,38 @@ pub fn broker_statefulset(
                 }),
                 spec: Some(PodSpec {
                     containers: vec![container],
-                    volumes: Some(vec![
-                        Volume {
-                            name: "config".into(),
-                            config_map: Some(ConfigMapVolumeSource {
-                                name: names::broker_config(&cluster, group),
-                                ..Default::default()
-                            }),
-                            ..Default::default()
-                        },
-                        Volume {
-                            name: "pod-info".into(),
-                            downward_api: Some(DownwardAPIVolumeSource {
-                                items: Some(vec![DownwardAPIVolumeFile {
-                                    path: "zone".into(),
-                                    field_ref: Some(ObjectFieldSelector {
-                                        field_path: format!(
-                                            "metadata.annotations['{ZONE_ANNOTATION}']"
-                                        ),
-                                        ..Default::default()
-                                    }),
+                    volumes: Some(
+                        [
+                            Volume {
+                                name: "config".into(),
+                                config_map: Some(ConfigMapVolumeSource {
+                                    name: names::broker_config(&cluster, group),
                                     ..Default::default()
-                                }]),
+                                }),
                                 ..Default::default()
-                            }),
-                            ..Default::default()
-                        },
-                    ]),
+                            },
+                            Volume {
+                                name: "pod-info".into(),
+                                downward_api: Some(DownwardAPIVolumeSource {
+                                    items: Some(vec![DownwardAPIVolumeFile {
+                                        path: "zone".into(),
+                                        field_ref: Some(ObjectFieldSelector {
+                                            field_path: format!(
+                                                "metadata.annotations['{ZONE_ANNOTATION}']"
+                                            ),
+                                            ..Default::default()
+                                        }),
+                                        ..Default::default()
+                                    }]),
+                                    ..Default::default()
+                                }),
+                                ..Default::default()
+                            },
+                        ]
+                        .into_iter()
+                        .chain(security.volumes)
+                        .collect(),
+                    ),
                     termination_grace_period_seconds: Some(60),
                     ..common_pod_spec(spec, &selector_labels(mqc, Component::Broker, Some(group)))
                 }),

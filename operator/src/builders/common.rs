@@ -79,6 +79,19 @@ pub mod names {
     pub fn broker_config(cluster: &str, group: i32) -> String {
         format!("{cluster}-broker-{group}-config")
     }
+    /// The Secret holding the cluster's users file (`plain_acl.yml`), kept by the users
+    /// controller.
+    pub fn acl_users(cluster: &str) -> String {
+        format!("{cluster}-acl-users")
+    }
+    /// The Secret holding the secret the cluster's own processes sign with.
+    pub fn cluster_secret(cluster: &str) -> String {
+        format!("{cluster}-cluster-secret")
+    }
+    /// The cluster's NetworkPolicy.
+    pub fn network_policy(cluster: &str) -> String {
+        format!("{cluster}-network")
+    }
     /// A pod of a StatefulSet.
     pub fn pod(statefulset: &str, ordinal: i32) -> String {
         format!("{statefulset}-{ordinal}")
@@ -256,6 +269,20 @@ pub struct OperatorEnv {
     /// Where brokers reach the operator's replication controller (`host:port`); `None` when
     /// the operator runs without one (then every group keeps classic, ordinal-based roles).
     pub controller_addr: Option<String>,
+    /// The secret the clusters' own processes and the operator sign their requests to each
+    /// other with under ACL (`None`: the operator could not read or make it, so no cluster
+    /// can turn ACL on).
+    pub cluster_secret: Option<ClusterSecret>,
+}
+
+/// The cluster secret: printed as `***`.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ClusterSecret(pub String);
+
+impl std::fmt::Debug for ClusterSecret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ClusterSecret(***)")
+    }
 }
 
 /// The controller settings of one cluster's brokers.

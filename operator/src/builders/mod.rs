@@ -6,6 +6,7 @@ mod common;
 mod config;
 mod nameserver;
 mod placement;
+mod security;
 
 pub use broker::{broker_config_map, broker_headless_service, broker_pdb, broker_statefulset};
 pub use config::{broker_settings, render_broker_toml, BrokerRole, ConfigError};
@@ -15,11 +16,16 @@ pub use nameserver::{
 };
 
 pub use common::{
-    hash, labels, names, namespace, owner_reference, scope, selector_labels, Component,
-    ControllerTarget, OperatorEnv, BROKER_PORT, CONFIG_DIR, CONFIG_HASH_ANNOTATION, CONVEYOR_BIN,
-    DATA_DIR, GROUP_LABEL, HTTP_PORT, NAMESRV_PORT, POD_INFO_DIR, RUN_AS_USER, ZONE_ANNOTATION,
+    hash, labels, names, namespace, owner_reference, scope, selector_labels, ClusterSecret,
+    Component, ControllerTarget, OperatorEnv, BROKER_PORT, CONFIG_DIR, CONFIG_HASH_ANNOTATION,
+    CONVEYOR_BIN, DATA_DIR, GROUP_LABEL, HTTP_PORT, NAMESRV_PORT, POD_INFO_DIR, RUN_AS_USER,
+    ZONE_ANNOTATION,
 };
 pub use placement::{spread_affinity, zone_label, DEFAULT_ZONE_LABEL, HOSTNAME_KEY};
+pub use security::{
+    cluster_secret, empty_users_secret, network_policies, pod_security, PodSecurity, ACL_DIR,
+    CLUSTER_SECRET_DIR, CLUSTER_SECRET_KEY, TLS_DIR, USERS_FILE_KEY,
+};
 
 #[cfg(test)]
 pub(crate) mod tests;

@@ -113,13 +113,19 @@ pub fn name_server_statefulset(mqc: &MessageQueueCluster) -> StatefulSet {
         "--data-dir".into(),
         DATA_DIR.into(),
     ];
+    let security = super::security::pod_security(mqc);
+    let args: Vec<String> = args.into_iter().chain(security.args).collect();
     let container = Container {
         name: "namesrv".into(),
-        volume_mounts: Some(vec![VolumeMount {
-            name: "data".into(),
-            mount_path: DATA_DIR.into(),
-            ..Default::default()
-        }]),
+        volume_mounts: Some(
+            std::iter::once(VolumeMount {
+                name: "data".into(),
+                mount_path: DATA_DIR.into(),
+                ..Default::default()
+            })
+            .chain(security.mounts)
+            .collect(),
+        ),
         image: Some(spec.image.clone()),
         image_pull_policy: spec.image_pull_policy.map(|p| p.as_str().into()),
         command: Some(vec![CONVEYOR_BIN.into()]),
@@ -153,14 +159,18 @@ pub fn name_server_statefulset(mqc: &MessageQueueCluster) -> StatefulSet {
                 }),
                 spec: Some(PodSpec {
                     containers: vec![container],
-                    volumes: Some(vec![Volume {
-                        name: "data".into(),
-                        empty_dir: Some(EmptyDirVolumeSource {
-                            size_limit: Some(Quantity(NAMESRV_DATA_LIMIT.into())),
+                    volumes: Some(
+                        std::iter::once(Volume {
+                            name: "data".into(),
+                            empty_dir: Some(EmptyDirVolumeSource {
+                                size_limit: Some(Quantity(NAMESRV_DATA_LIMIT.into())),
+                                ..Default::default()
+                            }),
                             ..Default::default()
-                        }),
-                        ..Default::default()
-                    }]),
+                        })
+                        .chain(security.volumes)
+                        .collect(),
+                    ),
                     termination_grace_period_seconds: Some(30),
                     ..common_pod_spec(spec, &selector_labels(mqc, Component::NameServer, None))
                 }),

@@ -38,6 +38,7 @@ pub(crate) fn cluster(groups: i32, replicas: i32) -> MessageQueueCluster {
             },
             placement: Placement::default(),
             service: ServiceExposure::default(),
+            security: Default::default(),
         },
     );
     mqc.metadata.namespace = Some("mq".into());
@@ -700,6 +701,7 @@ listen = "0.0.0.0:8081"
 fn failover_renders_the_controller_and_no_fixed_role() {
     let env = crate::builders::OperatorEnv {
         controller_addr: Some("conveyor-operator-controller.ops.svc:9878".into()),
+        ..Default::default()
     };
     let settings = broker_settings(&cluster(1, 2), 0, 1, &env).unwrap();
     assert_eq!(settings.broker.broker_role, None);
@@ -731,6 +733,7 @@ fn failover_renders_the_controller_and_no_fixed_role() {
 fn failover_groups_are_rolled_by_the_operator_and_classic_ones_by_the_statefulset() {
     let env = crate::builders::OperatorEnv {
         controller_addr: Some("conveyor-operator-controller.ops.svc:9878".into()),
+        ..Default::default()
     };
     let strategy = |mqc: &MessageQueueCluster, env: &crate::builders::OperatorEnv| {
         let cm = broker_config_map(mqc, 0, env).unwrap();
@@ -749,4 +752,155 @@ fn failover_groups_are_rolled_by_the_operator_and_classic_ones_by_the_statefulse
         "RollingUpdate"
     );
     assert_eq!(strategy(&cluster(1, 1), &env), "RollingUpdate");
+}
+
+/// The flags and mounted paths of a pod template's first container.
+fn container_view(
+    pod: &k8s_openapi::api::core::v1::PodTemplateSpec,
+) -> (Vec<String>, Vec<String>, Vec<String>) {
+    let spec = pod.spec.as_ref().unwrap();
+    let c = &spec.containers[0];
+    let mounts = c
+        .volume_mounts
+        .iter()
+        .flatten()
+        .map(|m| m.mount_path.clone())
+        .collect();
+    let secrets = spec
+        .volumes
+        .iter()
+        .flatten()
+        .filter_map(|v| v.secret.as_ref()?.secret_name.clone())
+        .collect();
+    (c.args.clone().unwrap_or_default(), mounts, secrets)
+}
+
+#[test]
+fn acl_and_tls_mount_their_secrets_and_name_them_on_the_command_line() {
+    let env = crate::builders::OperatorEnv {
+        cluster_secret: Some(crate::builders::ClusterSecret("s".repeat(20))),
+        ..Default::default()
+    };
+    let mut mqc = cluster(1, 2);
+    let cm = broker_config_map(&mqc, 0, &env).unwrap();
+    let plain = broker_statefulset(&mqc, 0, &cm, &env);
+    let (args, _, secrets) = container_view(&plain.spec.as_ref().unwrap().template);
+    assert!(!args
+        .iter()
+        .any(|a| a.starts_with("--acl") || a.starts_with("--tls")));
+    assert!(secrets.is_empty());
+    assert!(crate::builders::cluster_secret(&mqc, &env).is_none());
+    assert!(crate::builders::network_policies(&mqc).is_empty());
+
+    mqc.spec.security.acl.enabled = true;
+    mqc.spec.security.tls.mode = crate::crd::TlsMode::Enforcing;
+    mqc.spec.security.tls.secret_name = Some("orders-tls".into());
+    let cm = broker_config_map(&mqc, 0, &env).unwrap();
+    let broker = broker_statefulset(&mqc, 0, &cm, &env);
+    let namesrv = name_server_statefulset(&mqc);
+    for sts in [&broker, &namesrv] {
+        let (args, mounts, secrets) = container_view(&sts.spec.as_ref().unwrap().template);
+        let flag = |f: &str| {
+            args.iter()
+                .position(|a| a == f)
+                .map(|i| args[i + 1].clone())
+        };
+        assert_eq!(flag("--acl-enabled").as_deref(), Some("true"));
+        assert_eq!(
+            flag("--acl-users-file").as_deref(),
+            Some("/etc/conveyor-acl/plain_acl.yml")
+        );
+        assert_eq!(
+            flag("--acl-cluster-secret-file").as_deref(),
+            Some("/etc/conveyor-cluster/secret")
+        );
+        assert_eq!(flag("--tls-mode").as_deref(), Some("enforcing"));
+        assert_eq!(
+            flag("--tls-cert-file").as_deref(),
+            Some("/etc/conveyor-tls/tls.crt")
+        );
+        for dir in [
+            "/etc/conveyor-acl",
+            "/etc/conveyor-cluster",
+            "/etc/conveyor-tls",
+        ] {
+            assert!(
+                mounts.iter().any(|m| m == dir),
+                "{dir} not mounted: {mounts:?}"
+            );
+        }
+        assert_eq!(
+            secrets,
+            vec!["orders-tls", "orders-acl-users", "orders-cluster-secret"]
+        );
+    }
+    // Turning ACL on rolls the pods (the flags are in the template's hash).
+    let hash = |sts: &k8s_openapi::api::apps::v1::StatefulSet| {
+        sts.spec
+            .as_ref()
+            .unwrap()
+            .template
+            .metadata
+            .as_ref()
+            .unwrap()
+            .annotations
+            .as_ref()
+            .unwrap()[CONFIG_HASH_ANNOTATION]
+            .clone()
+    };
+    assert_ne!(hash(&broker), hash(&plain));
+    let secret = crate::builders::cluster_secret(&mqc, &env).unwrap();
+    assert_eq!(
+        secret.metadata.name.as_deref(),
+        Some("orders-cluster-secret")
+    );
+    assert_eq!(
+        secret.data.unwrap()["secret"].0,
+        "s".repeat(20).into_bytes()
+    );
+    assert!(format!("{env:?}").contains("***") && !format!("{env:?}").contains("ssss"));
+    // No secret in the operator: nothing to copy.
+    assert!(crate::builders::cluster_secret(&mqc, &Default::default()).is_none());
+}
+
+#[test]
+fn the_network_policies_open_client_ports_and_the_replication_port_only_to_the_group() {
+    let mut mqc = cluster(2, 2);
+    mqc.spec.security.network_policy.enabled = true;
+    let policies = crate::builders::network_policies(&mqc);
+    assert_eq!(policies.len(), 3);
+    let clients = policies[0].spec.as_ref().unwrap();
+    let rule = &clients.ingress.as_ref().unwrap()[0];
+    assert!(rule.from.is_none(), "client ports are open to every peer");
+    let ports: Vec<_> = rule
+        .ports
+        .iter()
+        .flatten()
+        .map(|p| p.port.clone().unwrap())
+        .collect();
+    use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+    assert!(!ports.contains(&IntOrString::Int(10912)));
+    assert!(ports.contains(&IntOrString::Int(10911)) && ports.contains(&IntOrString::Int(9876)));
+    for (g, policy) in policies[1..].iter().enumerate() {
+        let spec = policy.spec.as_ref().unwrap();
+        let group = spec
+            .pod_selector
+            .as_ref()
+            .unwrap()
+            .match_labels
+            .clone()
+            .unwrap();
+        assert_eq!(group["conveyor.dev/broker-group"], g.to_string());
+        let rule = &spec.ingress.as_ref().unwrap()[0];
+        let from = rule.from.as_ref().unwrap()[0].pod_selector.clone().unwrap();
+        assert_eq!(
+            from.match_labels.unwrap(),
+            group,
+            "only the group's own pods"
+        );
+        assert_eq!(
+            rule.ports.as_ref().unwrap()[0].port,
+            Some(IntOrString::Int(10912))
+        );
+    }
 }

@@ -40,6 +40,23 @@ where
         .await?)
 }
 
+/// Creates `obj` unless an object of its name exists (whoever keeps it from then on).
+pub async fn create_if_absent<K>(client: &Client, ns: &str, obj: &K) -> Result<(), Error>
+where
+    K: Resource<Scope = NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + DeserializeOwned
+        + Serialize
+        + Debug,
+{
+    let api: Api<K> = Api::namespaced(client.clone(), ns);
+    match api.create(&Default::default(), obj).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
 /// Applies `plan` in order (name servers, then each group's ConfigMap, Service, StatefulSet and
 /// PDB) and returns the StatefulSets for the status; a group the plan keeps is reported as it
 /// was listed in `existing`.
@@ -49,6 +66,16 @@ pub async fn apply_plan(
     plan: &Plan,
     existing: &ExistingGroups,
 ) -> Result<Observed, Error> {
+    let security = &plan.security;
+    if let Some(secret) = &security.cluster_secret {
+        apply(client, ns, secret).await?;
+    }
+    if let Some(secret) = &security.users_file {
+        create_if_absent(client, ns, secret).await?;
+    }
+    for policy in &security.network_policies {
+        apply(client, ns, policy).await?;
+    }
     let ns_objects = &plan.name_server;
     apply(client, ns, &ns_objects.headless_service).await?;
     apply(client, ns, &ns_objects.client_service).await?;

@@ -75,6 +75,9 @@ pub enum Reason {
     StorageChangeRefused,
     /// Refusal: a `broker.config` override does not render.
     InvalidConfig,
+    /// Refusal: ACL is on but the operator has no cluster secret (it cannot read or create
+    /// its Secret).
+    NoClusterSecret,
     /// `Degraded=False`: every group under failover has a master.
     MastersElected,
     /// `Degraded=True`: a group under failover has no live in-sync replica to promote.
@@ -94,6 +97,7 @@ impl Reason {
             Reason::Resumed => "Resumed",
             Reason::StorageChangeRefused => "StorageChangeRefused",
             Reason::InvalidConfig => "InvalidConfig",
+            Reason::NoClusterSecret => "NoClusterSecret",
             Reason::MastersElected => "MastersElected",
             Reason::NoInSyncReplica => "NoInSyncReplica",
         }

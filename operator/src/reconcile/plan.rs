@@ -3,7 +3,8 @@
 //! decision (what is applied, what is left alone and why) is unit-tested without an API server.
 
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::{ConfigMap, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::ResourceExt;
 
@@ -57,6 +58,17 @@ pub struct NameServerObjects {
     pub pdb: PodDisruptionBudget,
 }
 
+/// `spec.security`'s objects, applied first (the pods mount the Secrets).
+#[derive(Debug, Clone, Default)]
+pub struct SecurityObjects {
+    /// The cluster secret, under ACL.
+    pub cluster_secret: Option<Secret>,
+    /// An empty users file, created only if there is none (the users controller keeps it).
+    pub users_file: Option<Secret>,
+    /// NetworkPolicies, when enabled.
+    pub network_policies: Vec<NetworkPolicy>,
+}
+
 /// One broker group's objects, in apply order.
 #[derive(Debug, Clone)]
 pub struct BrokerGroupObjects {
@@ -96,6 +108,8 @@ pub struct GroupPlan {
 /// Everything one reconcile of an active cluster applies, and what it refuses.
 #[derive(Debug, Clone)]
 pub struct Plan {
+    /// Secrets and NetworkPolicies of `spec.security`.
+    pub security: SecurityObjects,
     /// Name servers (always applied: they never depend on a refused change).
     pub name_server: NameServerObjects,
     /// Broker groups by index; empty when the broker configuration does not render, since a
@@ -216,7 +230,34 @@ pub fn plan(mqc: &MessageQueueCluster, existing: &ExistingGroups, env: &Operator
         }
     }
 
+    let security = SecurityObjects {
+        cluster_secret: builders::cluster_secret(mqc, env),
+        users_file: builders::empty_users_secret(mqc),
+        network_policies: builders::network_policies(mqc),
+    };
+    if mqc.spec.security.acl.enabled && env.cluster_secret.is_none() {
+        // Without the secret the pods would wait for a Secret that never comes.
+        stalls.push(Stall {
+            reason: Reason::NoClusterSecret,
+            message: "security.acl.enabled needs the operator's cluster secret, which it could \
+                      not read or create (its Secret conveyor-cluster-secret in the operator's \
+                      namespace: check the operator's RBAC for secrets)"
+                .into(),
+        });
+        return Plan {
+            security: SecurityObjects::default(),
+            name_server: NameServerObjects {
+                headless_service: builders::name_server_headless_service(mqc),
+                client_service: builders::name_server_client_service(mqc),
+                statefulset: builders::name_server_statefulset(mqc),
+                pdb: builders::name_server_pdb(mqc),
+            },
+            groups: Vec::new(),
+            stalls,
+        };
+    }
     Plan {
+        security,
         name_server: NameServerObjects {
             headless_service: builders::name_server_headless_service(mqc),
             client_service: builders::name_server_client_service(mqc),
@@ -226,6 +267,39 @@ pub fn plan(mqc: &MessageQueueCluster, existing: &ExistingGroups, env: &Operator
         groups,
         stalls,
     }
+}
+
+/// Every object of `plan` as multi-document YAML, in apply order (`conveyor-operator render`).
+pub fn to_yaml(plan: &Plan) -> Result<String, serde_yaml::Error> {
+    let mut docs = Vec::new();
+    let mut push = |v: Result<String, serde_yaml::Error>| -> Result<(), serde_yaml::Error> {
+        docs.push(v?);
+        Ok(())
+    };
+    let s = &plan.security;
+    if let Some(x) = &s.cluster_secret {
+        push(serde_yaml::to_string(x))?;
+    }
+    if let Some(x) = &s.users_file {
+        push(serde_yaml::to_string(x))?;
+    }
+    for x in &s.network_policies {
+        push(serde_yaml::to_string(x))?;
+    }
+    let n = &plan.name_server;
+    push(serde_yaml::to_string(&n.headless_service))?;
+    push(serde_yaml::to_string(&n.client_service))?;
+    push(serde_yaml::to_string(&n.statefulset))?;
+    push(serde_yaml::to_string(&n.pdb))?;
+    for g in &plan.groups {
+        if let GroupAction::Apply(o) = &g.action {
+            push(serde_yaml::to_string(&o.config_map))?;
+            push(serde_yaml::to_string(&o.service))?;
+            push(serde_yaml::to_string(&o.statefulset))?;
+            push(serde_yaml::to_string(&o.pdb))?;
+        }
+    }
+    Ok(docs.iter().map(|d| format!("---\n{d}")).collect::<String>())
 }
 
 #[cfg(test)]
