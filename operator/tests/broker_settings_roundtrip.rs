@@ -216,6 +216,7 @@ fn expected(mqc: &MessageQueueCluster, group: i32, ordinal: i32, pod_ip: &str) -
         broker_listen: "0.0.0.0:10911".parse().unwrap(),
         replication_listen: "0.0.0.0:10912".parse().unwrap(),
         http_listen: Some("0.0.0.0:8080".parse().unwrap()),
+        http_resource_labels: true,
         grpc_listen: Some("0.0.0.0:8081".parse().unwrap()),
         grpc: conveyor::grpc::GrpcConfig::default(),
         tls: conveyor::tls::TlsConfig::default(),

@@ -47,6 +47,8 @@ pub struct AppConfig {
     pub replication_listen: SocketAddr,
     /// HTTP probe/metrics listen address; `None` disables it.
     pub http_listen: Option<SocketAddr>,
+    /// Whether `/metrics` names topics and consumer groups.
+    pub http_resource_labels: bool,
     /// gRPC endpoint listen address (Broker, Standalone); `None` disables it.
     pub grpc_listen: Option<SocketAddr>,
     /// How the gRPC endpoint serves.
@@ -331,6 +333,7 @@ pub async fn start(mut cfg: AppConfig) -> Result<Running, StartError> {
         running.http_addr = listener.local_addr().ok();
         let state = HealthState {
             broker: running.broker.clone(),
+            resource_labels: cfg.http_resource_labels,
         };
         tasks.spawn(health::serve(listener, state, shutdown.clone()));
     }

@@ -21,10 +21,21 @@ use crate::broker::Broker;
 const NODE_LABELS: [&str; 3] = ["cluster", "node_type", "node_id"];
 
 /// What the probes look at.
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct HealthState {
     /// The broker, when this process runs one (a name server alone is ready once listening).
     pub broker: Option<Arc<Broker>>,
+    /// Whether series name topics and consumer groups (`[http] resource-labels`).
+    pub resource_labels: bool,
+}
+
+impl Default for HealthState {
+    fn default() -> Self {
+        Self {
+            broker: None,
+            resource_labels: true,
+        }
+    }
 }
 
 impl HealthState {
@@ -246,6 +257,20 @@ impl HealthState {
                         ""
                     };
                     let system = crate::broker::lag::is_system(&topic, group);
+                    // Without resource labels the names go (an empty label is no label) and
+                    // the series of all topics and groups add up into one.
+                    let (topic, value) = if self.resource_labels || label != "consumer_group" {
+                        (
+                            if self.resource_labels {
+                                topic
+                            } else {
+                                String::new()
+                            },
+                            value,
+                        )
+                    } else {
+                        (String::new(), String::new())
+                    };
                     let values = [
                         node[0].as_str(),
                         node[1].as_str(),
@@ -276,7 +301,9 @@ impl HealthState {
         let mut out = Vec::new();
         let _ = TextEncoder::new().encode(&registry.gather(), &mut out);
         let mut text = String::from_utf8(out).unwrap_or_default();
-        per_group_families(&mut text, b, &node);
+        if self.resource_labels {
+            per_group_families(&mut text, b, &node);
+        }
         text
     }
 

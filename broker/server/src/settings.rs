@@ -89,6 +89,10 @@ pub struct ServerArgs {
     /// HTTP probes and metrics (default 0.0.0.0:8080; `off` disables).
     #[arg(long, env = "CONVEYOR_HTTP_LISTEN")]
     pub http_listen: Option<String>,
+    /// Label /metrics series with topic and consumer-group names (default true; false sums
+    /// traffic over them and leaves out the per-group families).
+    #[arg(long, env = "CONVEYOR_HTTP_RESOURCE_LABELS")]
+    pub http_resource_labels: Option<bool>,
     /// The RocketMQ 5.x gRPC endpoint for the 5.x SDKs (default 0.0.0.0:8081; `off`
     /// disables). Served by brokers (and `standalone`).
     #[arg(long, env = "CONVEYOR_GRPC_LISTEN")]
@@ -272,6 +276,7 @@ impl ServerArgs {
             },
             http: HttpSection {
                 listen: self.http_listen.clone(),
+                resource_labels: self.http_resource_labels,
             },
             grpc: GrpcSection {
                 listen: self.grpc_listen.clone(),
@@ -532,6 +537,7 @@ pub fn app_config(role: Role, settings: Settings) -> Result<AppConfig, SettingsE
         broker_listen,
         replication_listen,
         http_listen,
+        http_resource_labels: http.resource_labels.unwrap_or(true),
         grpc_listen,
         grpc: grpc_config,
         tls,

@@ -297,3 +297,44 @@ async fn the_lag_metric_equals_the_admin_backlog_with_no_consumer_online() {
     assert_eq!(diff, [progress.total_diff as f64], "{body}");
     server.stop().await;
 }
+
+/// `[http] resource-labels = false` (issue 25): /metrics names no topic and no group; traffic
+/// is still counted, summed over them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_without_resource_labels_name_no_topic_or_group() {
+    let server = TestServer::start_with(|c| c.http_resource_labels = false).await;
+    let q = server.create_topic("SecretTopicName", 1).await.remove(0);
+    let producer = server.producer("PG_hidden");
+    for i in 0..3 {
+        producer
+            .send(&Message::new("SecretTopicName", format!("m{i}")))
+            .await
+            .expect("send");
+    }
+    let consumer = server.consumer("SecretGroupName");
+    wait_max_offset(&consumer, &q, 3).await;
+    consumer
+        .pull_with(
+            &q,
+            0,
+            PullOptions {
+                max_msgs: 3,
+                commit_offset: Some(1),
+                ..PullOptions::default()
+            },
+        )
+        .await
+        .expect("pull");
+    let (_, body) = http_get(server.http(), "/metrics").await.expect("metrics");
+    assert!(!body.contains("SecretTopicName"), "{body}");
+    assert!(!body.contains("SecretGroupName"), "{body}");
+    let sent: f64 = series(
+        &body,
+        "rocketmq_messages_in_total",
+        &["message_type=\"normal\""],
+    )
+    .iter()
+    .sum();
+    assert!(sent >= 3.0, "{body}");
+    assert!(!body.contains("rocketmq_consumer_lag_messages"), "{body}");
+}

@@ -345,5 +345,10 @@ section! {
         /// `listen`: `"ip:port"` to listen on, or `"off"` (or `""`) to disable the HTTP server
         /// (no RocketMQ equivalent). Flag `--http-listen`. Default `"0.0.0.0:8080"`.
         pub listen: String,
+        /// `resource-labels`: label `/metrics` series with topic and consumer-group names
+        /// (`false`: traffic is summed over topics and groups and the per-group families —
+        /// backlog, lag, consumer counts — are left out, for scrapers that must not learn
+        /// the names). Flag `--http-resource-labels`. Default `true`.
+        pub resource_labels: bool,
     }
 }

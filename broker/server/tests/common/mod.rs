@@ -51,6 +51,7 @@ pub fn config(dir: &Path) -> AppConfig {
         broker_listen: any,
         replication_listen: any,
         http_listen: Some(any),
+        http_resource_labels: true,
         grpc_listen: Some(any),
         grpc: conveyor::grpc::GrpcConfig::default(),
         tls: conveyor::tls::TlsConfig::default(),
