@@ -208,6 +208,7 @@ pub fn broker_settings(
         },
         http: HttpSection {
             listen: Some(format!("0.0.0.0:{HTTP_PORT}")),
+            ..Default::default()
         },
         grpc: GrpcSection {
             listen: Some(format!("0.0.0.0:{GRPC_PORT}")),
