@@ -222,7 +222,7 @@ K apply -f "$D/pvs.yaml" >/dev/null && ok "static hostPath PVs created"
 
 echo "== real pods: the operator and a cluster"
 K apply --server-side -f crds/ >/dev/null
-K wait --for=condition=Established crd/messagequeueclusters.conveyor.dev --timeout=30s >/dev/null
+K wait --for=condition=Established crd/messagequeueclusters.conveyor.dev crd/messagequeueusers.conveyor.dev --timeout=30s >/dev/null
 # The operator runs on the host: brokers reach its replication controller at the bridge's
 # gateway address (it listens on every address: the bridge may not exist yet).
 CTRL_PORT=$(free_port)
@@ -261,6 +261,18 @@ spec:
     resources: {requests: {cpu: 50m, memory: 64Mi}, limits: {memory: 1Gi}}
     config:
       store.segment-size: "67108864"
+  security:
+    acl: {enabled: true}
+---
+apiVersion: conveyor.dev/v1alpha1
+kind: MessageQueueUser
+metadata: {name: pods-admin, namespace: default}
+spec: {clusterRef: {name: pods}, admin: true}
+---
+apiVersion: conveyor.dev/v1alpha1
+kind: MessageQueueUser
+metadata: {name: pods-client, namespace: default}
+spec: {clusterRef: {name: pods}, defaultTopicPermission: PubSub, defaultGroupPermission: Sub}
 EOF
 K apply -f "$D/mqc.yaml" >/dev/null
 pods_ready() {
@@ -281,6 +293,15 @@ both_in_sync() { [[ "$(group_status)" == pods-broker-0-*/*/*pods-broker-0-0*pods
 wait_for 120 "the operator's controller elected a master and both replicas are in sync" both_in_sync
 echo "    group: $(group_status)"
 
+# ACL is on: every client signs. The users' credentials come from the Secrets the operator
+# wrote for their MessageQueueUsers; `conveyor admin` signs as the admin user from here on.
+secret_val() { K get secret "$1" -o jsonpath="{.data.$2}" | base64 -d; }
+user_secret() { [ "$(secret_val "$1" accessKey 2>/dev/null)" = "$1" ] && [ -n "$(secret_val "$1" secretKey 2>/dev/null)" ]; }
+both_users() { user_secret pods-admin && user_secret pods-client; }
+wait_for 60 "MessageQueueUsers pods-admin and pods-client got their credentials Secrets" both_users
+export CONVEYOR_ACCESS_KEY=pods-admin CONVEYOR_SECRET_KEY="$(secret_val pods-admin secretKey)"
+CLIENT_SK=$(secret_val pods-client secretKey)
+
 echo "== real pods: a Java client on the host"
 "$ROOT/tests/compat/fetch.sh" >/dev/null 2>&1 || true
 NS_IP=$(K get pod pods-namesrv-0 -o jsonpath='{.status.podIP}')
@@ -298,7 +319,9 @@ wait_for 180 "the brokers read it and registered it: the group's zoneName is zon
 CP="$(cat "$CONVEYOR_CACHE/compat/java-rmq5.classpath" 2>/dev/null || true)"
 if [ -n "$CP" ] && [ -n "$NS_IP" ]; then
   mkdir -p "$D/ledger" "$D/java"
+  # The ledger programs sign as pods-client (AclClientRPCHook).
   java_run() {
+    LEDGER_ACCESS_KEY=pods-client LEDGER_SECRET_KEY="$CLIENT_SK" \
     java -Xms64m -Xmx512m -Drocketmq.client.logRoot="$D/java" -Duser.home="$D/java" \
       -cp "$CP" conveyor.compat.Ledger "$@"
   }
@@ -517,6 +540,27 @@ restart $ROLL_MASTER"
   else bad "$missing SEND_OK messages not received"; fi
   JAVA_DONE=1
 else bad "no Java client classpath or name-server pod IP"; fi
+
+echo "== real pods: ACL"
+unsigned() { env -u CONVEYOR_ACCESS_KEY -u CONVEYOR_SECRET_KEY "$CONVEYOR_BIN" admin cluster --namesrv-addr "$NS_IP:9876" 2>&1; }
+refused_unsigned() { local out; out=$(unsigned) && return 1; grep -q 'NO_PERMISSION' <<<"$out"; }
+check "a client without credentials is refused (NO_PERMISSION)" refused_unsigned
+as_client() { CONVEYOR_ACCESS_KEY=pods-client CONVEYOR_SECRET_KEY="$CLIENT_SK" "$CONVEYOR_BIN" admin cluster --namesrv-addr "$NS_IP:9876" 2>&1; }
+check "pods-client's credentials from its Secret work" quiet as_client
+not_admin() {
+  ! CONVEYOR_ACCESS_KEY=pods-client CONVEYOR_SECRET_KEY="$CLIENT_SK" "$CONVEYOR_BIN" admin create-topic \
+    --namesrv-addr "$NS_IP:9876" --cluster pods --topic NotByClient --queues 1 >/dev/null 2>&1
+}
+check "pods-client is not an admin: creating a topic is refused" not_admin
+USER_GONE_T0=$(date +%s)
+K delete mqu pods-client --wait=true --timeout=60s >/dev/null
+refused() { local out; out=$(as_client) && return 1; grep -q "no user with AccessKey pods-client" <<<"$out"; }
+# The kubelet refreshes a mounted Secret within its sync period (about a minute), then the
+# servers re-read the users file within their reload interval (5 s).
+wait_for 180 "a deleted MessageQueueUser loses access (kubelet sync + reload interval)" refused
+echo "    refused $(( $(date +%s) - USER_GONE_T0 )) s after the MessageQueueUser was deleted"
+gone_secret() { ! K get secret pods-client >/dev/null 2>&1; }
+wait_for 60 "its credentials Secret is deleted with it" gone_secret
 
 # A check that ends the Java section early (an expansion error aborts the whole compound
 # command) must not pass for a run of every check.

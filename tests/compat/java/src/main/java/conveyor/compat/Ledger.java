@@ -13,7 +13,10 @@ import java.util.List;
 import java.util.Set;
 import java.util.concurrent.ConcurrentHashMap;
 
+import org.apache.rocketmq.acl.common.AclClientRPCHook;
+import org.apache.rocketmq.acl.common.SessionCredentials;
 import org.apache.rocketmq.client.consumer.DefaultLitePullConsumer;
+import org.apache.rocketmq.client.consumer.rebalance.AllocateMessageQueueAveragely;
 import org.apache.rocketmq.client.consumer.DefaultMQPushConsumer;
 import org.apache.rocketmq.client.consumer.listener.ConsumeConcurrentlyStatus;
 import org.apache.rocketmq.client.consumer.listener.MessageListenerConcurrently;
@@ -24,6 +27,7 @@ import org.apache.rocketmq.client.producer.SendStatus;
 import org.apache.rocketmq.common.message.Message;
 import org.apache.rocketmq.common.message.MessageExt;
 import org.apache.rocketmq.common.message.MessageQueue;
+import org.apache.rocketmq.remoting.RPCHook;
 
 /**
  * The Java client's side of the failover ledger test (tests/compat/failover.sh).
@@ -49,9 +53,22 @@ import org.apache.rocketmq.common.message.MessageQueue;
  * whichever replica the route and the brokers' suggestions offer, a slave when the group has no
  * master (the lite pull consumer's seek needs a master) or, with {@code ROCKETMQ_ZONE} set, the
  * replica in that zone.
+ *
+ * <p>With {@code LEDGER_ACCESS_KEY} and {@code LEDGER_SECRET_KEY} in the environment every client
+ * signs its requests with them ({@code AclClientRPCHook}), for clusters with ACL on.
  */
 public final class Ledger {
     private Ledger() {
+    }
+
+    /** The ACL hook of the environment's credentials, or none. */
+    private static RPCHook hook() {
+        String ak = System.getenv("LEDGER_ACCESS_KEY");
+        String sk = System.getenv("LEDGER_SECRET_KEY");
+        if (ak == null || ak.isEmpty() || sk == null || sk.isEmpty()) {
+            return null;
+        }
+        return new AclClientRPCHook(new SessionCredentials(ak, sk));
     }
 
     public static void main(String[] args) throws Exception {
@@ -71,7 +88,7 @@ public final class Ledger {
     }
 
     private static void produce(String namesrv, String topic, Path dir, boolean fastRoutes) throws Exception {
-        DefaultMQProducer producer = new DefaultMQProducer("ledger-producer");
+        DefaultMQProducer producer = new DefaultMQProducer("ledger-producer", hook());
         producer.setNamesrvAddr(namesrv);
         if (fastRoutes) {
             producer.setPollNameServerInterval(1000);
@@ -139,7 +156,8 @@ public final class Ledger {
     private static void drainPush(String namesrv, String topic, Path dir, String name) throws Exception {
         Set<String> seen = ConcurrentHashMap.newKeySet();
         long[] last = {System.currentTimeMillis()};
-        DefaultMQPushConsumer consumer = new DefaultMQPushConsumer("ledger-push-" + System.nanoTime());
+        DefaultMQPushConsumer consumer = new DefaultMQPushConsumer("ledger-push-" + System.nanoTime(), hook(),
+                new AllocateMessageQueueAveragely());
         consumer.setNamesrvAddr(namesrv);
         consumer.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET);
         consumer.subscribe(topic, "*");
@@ -173,7 +191,7 @@ public final class Ledger {
     }
 
     private static void drain(String namesrv, String topic, Path dir) throws Exception {
-        DefaultLitePullConsumer consumer = new DefaultLitePullConsumer("ledger-drain-" + System.nanoTime());
+        DefaultLitePullConsumer consumer = new DefaultLitePullConsumer("ledger-drain-" + System.nanoTime(), hook());
         consumer.setNamesrvAddr(namesrv);
         consumer.setAutoCommit(false);
         // A new group from the first offset, and no seek: assign() starts pulling at once, and a
