@@ -76,6 +76,7 @@ suite() { # suite TITLE SCRIPT
 suite "real RocketMQ clients against conveyor standalone" tests/compat/run-against-standalone.sh
 suite "ACL with real clients" tests/compat/acl.sh
 suite "5.x SDKs with ACL" tests/compat/grpc-acl.sh
+suite "TLS certificate rotation under load" tests/compat/tls-rotation.sh
 # Replication: the Java producer through 20 SIGKILLs of the master (controller mode), with a ledger.
 suite "failover with the Java client" tests/compat/failover.sh
 # mqadmin's replication commands (haStatus, getSyncStateSet, getBrokerEpoch, electMaster, …) and draining a
