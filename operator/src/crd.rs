@@ -101,6 +101,12 @@ pub struct TlsSpec {
     /// Unset: each server generates a self-signed certificate.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub secret_name: Option<String>,
+    /// Without `secretName`: the operator makes a CA for the cluster (Secret `<name>-ca`, its
+    /// `ca.crt` is what clients trust) and a server certificate signed by it for every
+    /// name-server and broker DNS name (Secret `<name>-tls`), valid 90 days and renewed 30
+    /// days before it ends (servers pick the renewed files up without a restart).
+    #[serde(default)]
+    pub generate_certificates: bool,
 }
 
 /// TLS mode of every port.

@@ -6,6 +6,7 @@
 
 pub mod autoscaler;
 pub mod builders;
+pub mod certificates;
 pub mod cluster_secret;
 pub mod controller;
 pub mod crd;

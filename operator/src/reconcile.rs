@@ -75,6 +75,8 @@ async fn reconcile_inner(mqc: &MessageQueueCluster, ctx: &Context) -> Result<Act
         Some(f) => f.ensure(mqc, &ctx.env)?,
         None => None,
     };
+    // The operator's own certificates before the pods that mount them.
+    crate::certificates::ensure(&ctx.client, mqc).await?;
     let existing = observe::existing_groups(&ctx.client, &ns, mqc).await?;
     let plan = plan::plan(mqc, &existing, &ctx.env);
     let mut observed = apply::apply_plan(&ctx.client, &ns, &plan, &existing).await?;

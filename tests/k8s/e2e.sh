@@ -138,15 +138,25 @@ for obj in configmap/demo-broker-0-config configmap/demo-broker-1-config service
   wait_for 60 "$obj exists with a controller owner reference" owned_ok "${obj%/*}" "${obj#*/}"
 done
 echo "-- security: TLS, ACL (MessageQueueUser), NetworkPolicy, pod settings"
-for obj in secret/demo-cluster-secret secret/demo-acl-users networkpolicy/demo-network \
+for obj in secret/demo-ca secret/demo-tls secret/demo-cluster-secret secret/demo-acl-users networkpolicy/demo-network \
            networkpolicy/demo-broker-0-replication networkpolicy/demo-broker-1-replication; do
   wait_for 60 "$obj exists with a controller owner reference" owned_ok "${obj%/*}" "${obj#*/}"
 done
 check "the operator made its cluster secret in its own namespace, and the cluster has a copy" bash -c \
   "a=\$(kubectl get secret conveyor-cluster-secret -n $OPNS -o jsonpath='{.data.secret}'); [ -n \"\$a\" ] && [ \"\$a\" = \"\$(kubectl get secret demo-cluster-secret -o jsonpath='{.data.secret}')\" ]"
+tls_chain() {
+  local dir; dir=$(mktemp -d)
+  K get secret demo-tls -o jsonpath='{.data.tls\.crt}' | base64 -d > "$dir/tls.crt"
+  K get secret demo-ca -o jsonpath='{.data.ca\.crt}' | base64 -d > "$dir/ca.crt"
+  openssl verify -CAfile "$dir/ca.crt" "$dir/tls.crt" >/dev/null &&
+    openssl x509 -in "$dir/tls.crt" -noout -ext subjectAltName | grep -q '\*.demo-broker-1.default.svc' &&
+    [ -n "$(K get secret demo-tls -o jsonpath='{.metadata.annotations.conveyor\.dev/not-after}')" ]
+}
+check "the generated server certificate verifies under the cluster's CA and names every broker group" tls_chain
 acl_flags() { # statefulset
   local t; t=$(K get sts "$1" -o jsonpath='{.spec.template.spec.containers[0].args}{.spec.template.spec.volumes}')
-  grep -q -- '--acl-users-file' <<<"$t" && grep -q 'demo-acl-users' <<<"$t" && grep -q 'demo-cluster-secret' <<<"$t"
+  grep -q -- '--acl-users-file' <<<"$t" && grep -q 'demo-acl-users' <<<"$t" && grep -q 'demo-cluster-secret' <<<"$t" &&
+    grep -q 'demo-tls' <<<"$t" && grep -q -- '--tls-cert-file' <<<"$t"
 }
 check "name servers and brokers run with the ACL flags and mount the users file and cluster secret" \
   bash -c "$(declare -f acl_flags K); acl_flags demo-namesrv && acl_flags demo-broker-0"

@@ -88,6 +88,14 @@ pub mod names {
     pub fn cluster_secret(cluster: &str) -> String {
         format!("{cluster}-cluster-secret")
     }
+    /// The Secret holding the server certificate the operator made (`generateCertificates`).
+    pub fn tls(cluster: &str) -> String {
+        format!("{cluster}-tls")
+    }
+    /// The Secret holding the cluster's CA (`generateCertificates`).
+    pub fn ca(cluster: &str) -> String {
+        format!("{cluster}-ca")
+    }
     /// The cluster's NetworkPolicy.
     pub fn network_policy(cluster: &str) -> String {
         format!("{cluster}-network")

@@ -72,7 +72,8 @@ pub fn pod_security(mqc: &MessageQueueCluster) -> PodSecurity {
         out.volumes.push(v);
         out.mounts.push(m);
     };
-    if let Some(secret) = &security.tls.secret_name {
+    let tls_secret = tls_secret_name(mqc);
+    if let Some(secret) = &tls_secret {
         add(secret_volume("tls", secret.clone(), TLS_DIR));
     }
     if security.acl.enabled {
@@ -90,7 +91,7 @@ pub fn pod_security(mqc: &MessageQueueCluster) -> PodSecurity {
     if security.tls != Default::default() {
         out.args
             .extend(["--tls-mode".into(), security.tls.mode.as_flag().into()]);
-        if security.tls.secret_name.is_some() {
+        if tls_secret.is_some() {
             out.args.extend([
                 "--tls-cert-file".into(),
                 format!("{TLS_DIR}/tls.crt"),
@@ -110,6 +111,16 @@ pub fn pod_security(mqc: &MessageQueueCluster) -> PodSecurity {
         ]);
     }
     out
+}
+
+/// The Secret the servers' certificate comes from: the one given, or the one the operator
+/// makes (`generateCertificates`), or none (each server generates its own).
+pub fn tls_secret_name(mqc: &MessageQueueCluster) -> Option<String> {
+    let tls = &mqc.spec.security.tls;
+    tls.secret_name.clone().or_else(|| {
+        tls.generate_certificates
+            .then(|| names::tls(&mqc.name_any()))
+    })
 }
 
 fn secret(mqc: &MessageQueueCluster, name: String, key: &str, value: &str) -> Secret {

@@ -904,3 +904,24 @@ fn the_network_policies_open_client_ports_and_the_replication_port_only_to_the_g
         );
     }
 }
+
+#[test]
+fn generated_certificates_are_mounted_from_the_operators_secret() {
+    let env = crate::builders::OperatorEnv::default();
+    let mut mqc = cluster(1, 2);
+    mqc.spec.security.tls.generate_certificates = true;
+    let cm = broker_config_map(&mqc, 0, &env).unwrap();
+    let broker = broker_statefulset(&mqc, 0, &cm, &env);
+    let (args, _, secrets) = container_view(&broker.spec.as_ref().unwrap().template);
+    assert_eq!(secrets, vec!["orders-tls"]);
+    assert!(
+        args.iter().any(|a| a == "/etc/conveyor-tls/tls.key"),
+        "{args:?}"
+    );
+    // A Secret given wins over generating one.
+    mqc.spec.security.tls.secret_name = Some("mine".into());
+    assert_eq!(
+        crate::builders::tls_secret_name(&mqc).as_deref(),
+        Some("mine")
+    );
+}

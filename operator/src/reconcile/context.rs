@@ -38,6 +38,9 @@ pub enum Error {
     /// The cluster's replication controller could not load its state.
     #[error(transparent)]
     Failover(#[from] FailoverError),
+    /// A certificate could not be made (`generateCertificates`).
+    #[error("certificate: {0}")]
+    Certificate(String),
 }
 
 impl Error {
@@ -61,6 +64,7 @@ impl Error {
             }
             Error::MissingName => ("object", "MissingName".into()),
             Error::Failover(_) => ("failover", "StateUnavailable".into()),
+            Error::Certificate(_) => ("object", "Certificate".into()),
         }
     }
 }
