@@ -59,42 +59,9 @@ ok() { echo "ok $1: $2"; PASSED=$((PASSED + 1)); REPORTED["$1"]=1; }
 fail() { echo "FAIL $1: $2"; FAILED=$((FAILED + 1)); REPORTED["$1"]=1; }
 
 # --- tools: installed when missing (never skipped: one that cannot be installed fails the suite) -------------------
-apt_install() { # apt_install PACKAGE...
-  command -v apt-get >/dev/null && [[ "$(id -u)" == 0 ]] || return 1
-  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@"; } >"$CACHE/apt-acl.log" 2>&1
-}
-mkdir -p "$CACHE"
-missing=()
-command -v java >/dev/null && command -v javac >/dev/null || missing+=(openjdk-17-jdk-headless)
-command -v mvn >/dev/null || missing+=(maven)
-command -v curl >/dev/null || missing+=(curl)
-command -v python3 >/dev/null || missing+=(python3)
-command -v flock >/dev/null || missing+=(util-linux)
-command -v go >/dev/null || [[ -x "$CACHE/k8s-tools/go/bin/go" ]] || command -v unzip >/dev/null || missing+=(unzip)
-if ((${#missing[@]})); then
-  say "installing ${missing[*]}"
-  apt_install "${missing[@]}" || die "cannot install ${missing[*]} (see $CACHE/apt-acl.log)"
-fi
-# Go: Debian's golang-go (1.19) is older than the client's go.mod wants; the toolchain is itself a module on the
-# Go module proxy (golang.org/toolchain), fetched the way tests/k8s/install-tools.sh does, into the same place.
-if ! command -v go >/dev/null; then
-  GO_HOME="$CACHE/k8s-tools/go"
-  if [[ ! -x "$GO_HOME/bin/go" ]]; then
-    GOV="${CONVEYOR_GO_TOOLCHAIN:-go1.25.5}"
-    case "$(uname -m)" in x86_64) GOARCH=amd64 ;; aarch64 | arm64) GOARCH=arm64 ;; *) GOARCH=$(uname -m) ;; esac
-    MOD="v0.0.1-$GOV.linux-$GOARCH"
-    W="$(mktemp -d)"
-    say "fetching the Go toolchain $GOV from the Go module proxy"
-    if curl -fsSL -o "$W/go.zip" "${GOPROXY_URL:-https://proxy.golang.org}/golang.org/toolchain/@v/$MOD.zip" \
-      && unzip -q "$W/go.zip" -d "$W" && mkdir -p "$(dirname "$GO_HOME")" && rm -rf "$GO_HOME" \
-      && mv "$W/golang.org/toolchain@$MOD" "$GO_HOME"; then
-      chmod +x "$GO_HOME/bin/"* "$GO_HOME/pkg/tool/"*/* 2>/dev/null
-    fi
-    rm -rf "$W"
-  fi
-  [[ -x "$GO_HOME/bin/go" ]] || die "go not found and the toolchain could not be fetched"
-  export PATH="$GO_HOME/bin:$PATH"
-fi
+# shellcheck source=tests/compat/host_tools.sh
+source "$HERE/host_tools.sh"
+compat_host_tools acl || die "missing tools (above)"
 
 # --- build: mqadmin's classpath (fetch.sh), the Java program for both client generations, the Go program --------
 "$HERE/fetch.sh" >&2 || die "fetch.sh failed"
