@@ -212,19 +212,9 @@ EOF
 users_yaml >"$WORK/plain_acl.yml"
 echo "acl-compat-cluster-secret-$RANDOM$RANDOM" >"$WORK/cluster-secret"
 
-free_ports() { # three distinct free loopback ports
-  python3 -c '
-import socket
-ss = [socket.socket() for _ in range(3)]
-for s in ss: s.bind(("127.0.0.1", 0))
-print(*[s.getsockname()[1] for s in ss])'
-}
-
 # Started with --config (the [acl] section as an operator writes it); ready when /readyz answers. A port taken
 # between the pick and the bind makes conveyor exit: retried with new ports.
-started=0
-for attempt in 1 2 3; do
-  read -r NS_PORT BROKER_PORT HTTP_PORT < <(free_ports)
+write_config() {
   cat >"$WORK/conveyor.toml" <<EOF
 [namesrv]
 listen = "127.0.0.1:$NS_PORT"
@@ -243,31 +233,10 @@ users-file = "$WORK/plain_acl.yml"
 cluster-secret-file = "$WORK/cluster-secret"
 reload-interval-ms = $RELOAD_INTERVAL_MS
 EOF
-  rm -rf "$WORK/data"
-  "$BIN" standalone --data-dir "$WORK/data" --config "$WORK/conveyor.toml" >>"$WORK/broker.log" 2>&1 </dev/null &
-  BROKER_PID=$!
-  deadline=$((SECONDS + 60))
-  while ! curl -sf -m 2 -o /dev/null "http://127.0.0.1:$HTTP_PORT/readyz"; do
-    if ! kill -0 "$BROKER_PID" 2>/dev/null; then break; fi
-    if ((SECONDS >= deadline)); then
-      tail -20 "$WORK/broker.log" >&2
-      die "conveyor not ready after 60 s"
-    fi
-    sleep 0.1
-  done
-  if kill -0 "$BROKER_PID" 2>/dev/null; then
-    started=1
-    break
-  fi
-  wait "$BROKER_PID" 2>/dev/null
-  BROKER_PID=""
-  grep -qi 'address already in use\|address in use' "$WORK/broker.log" || break
-  say "a port was taken; retrying with new ports (attempt $attempt)"
-done
-if ((started == 0)); then
-  tail -20 "$WORK/broker.log" >&2
-  die "conveyor standalone did not start"
-fi
+}
+# shellcheck source=tests/compat/standalone.sh
+source "$HERE/standalone.sh"
+standalone_start "$BIN" "$WORK" "$WORK/broker.log" write_config || die "conveyor standalone did not start"
 NS="127.0.0.1:$NS_PORT"
 say "conveyor (pid $BROKER_PID) ready with ACL on: name server $NS, broker 127.0.0.1:$BROKER_PORT, logs in $LOGS"
 T_START=$((SECONDS - T0))

@@ -201,16 +201,7 @@ ln -s ..data/tls.crt "$TLS/tls.crt"
 ln -s ..data/tls.key "$TLS/tls.key"
 
 # --- the broker ----------------------------------------------------------------------------------------------
-free_ports() { # four distinct free loopback ports
-  python3 -c '
-import socket
-ss = [socket.socket() for _ in range(4)]
-for s in ss: s.bind(("127.0.0.1", 0))
-print(*[s.getsockname()[1] for s in ss])'
-}
-started=0
-for attempt in 1 2 3; do
-  read -r NS_PORT BROKER_PORT GRPC_PORT HTTP_PORT < <(free_ports)
+write_config() {
   cat >"$WORK/conveyor.toml" <<EOF
 [namesrv]
 listen = "127.0.0.1:$NS_PORT"
@@ -227,31 +218,10 @@ mode = "enforcing"
 cert-file = "$TLS/tls.crt"
 key-file = "$TLS/tls.key"
 EOF
-  rm -rf "$WORK/data"
-  "$BIN" standalone --data-dir "$WORK/data" --config "$WORK/conveyor.toml" >>"$WORK/broker.log" 2>&1 </dev/null &
-  BROKER_PID=$!
-  deadline=$((SECONDS + 60))
-  while ! curl -sf -m 2 -o /dev/null "http://127.0.0.1:$HTTP_PORT/readyz"; do
-    kill -0 "$BROKER_PID" 2>/dev/null || break
-    if ((SECONDS >= deadline)); then
-      tail -20 "$WORK/broker.log" >&2
-      die "conveyor not ready after 60 s"
-    fi
-    sleep 0.1
-  done
-  if kill -0 "$BROKER_PID" 2>/dev/null; then
-    started=1
-    break
-  fi
-  wait "$BROKER_PID" 2>/dev/null
-  BROKER_PID=""
-  grep -qi 'address already in use\|address in use' "$WORK/broker.log" || break
-  say "a port was taken; retrying with new ports (attempt $attempt)"
-done
-if ((started == 0)); then
-  tail -20 "$WORK/broker.log" >&2
-  die "conveyor standalone did not start"
-fi
+}
+# shellcheck source=tests/compat/standalone.sh
+source "$HERE/standalone.sh"
+standalone_start "$BIN" "$WORK" "$WORK/broker.log" write_config || die "conveyor standalone did not start"
 NS="127.0.0.1:$NS_PORT"
 PORTS=("$NS_PORT" "$BROKER_PORT" "$GRPC_PORT")
 PORT_NAMES=(namesrv broker grpc)
