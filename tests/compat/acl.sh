@@ -111,16 +111,9 @@ J4="$(version_of "$AOUT/rmq4.classpath")"
 J5="$(version_of "$AOUT/rmq5.classpath")"
 GOV_CLIENT="$(go version -m "$AOUT/compat-acl-go" | awk '$2 == "github.com/apache/rocketmq-client-go/v2" {print $3}')"
 
-if [[ -n "${CONVEYOR_BIN:-}" ]]; then
-  BIN="$CONVEYOR_BIN"
-else
-  say "cargo build -q -p conveyor${CARGO_TARGET_DIR:+ (CARGO_TARGET_DIR=$CARGO_TARGET_DIR)}"
-  (cd "$ROOT" && flock /tmp/conveyor-cargo.lock cargo build -q -p conveyor) >&2 || die "cargo build failed"
-  TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
-  [[ "$TARGET_DIR" == /* ]] || TARGET_DIR="$ROOT/$TARGET_DIR"
-  BIN="$TARGET_DIR/debug/conveyor"
-fi
-[[ -x "$BIN" ]] || die "$BIN is not an executable"
+# shellcheck source=tests/compat/standalone.sh
+source "$HERE/standalone.sh"
+conveyor_bin "$ROOT" || die "no conveyor binary (cargo build failed?)"
 T_BUILD=$((SECONDS - T0))
 
 # --- the broker --------------------------------------------------------------------------------------------------
@@ -234,8 +227,6 @@ cluster-secret-file = "$WORK/cluster-secret"
 reload-interval-ms = $RELOAD_INTERVAL_MS
 EOF
 }
-# shellcheck source=tests/compat/standalone.sh
-source "$HERE/standalone.sh"
 standalone_start "$BIN" "$WORK" "$WORK/broker.log" write_config || die "conveyor standalone did not start"
 NS="127.0.0.1:$NS_PORT"
 say "conveyor (pid $BROKER_PID) ready with ACL on: name server $NS, broker 127.0.0.1:$BROKER_PORT, logs in $LOGS"

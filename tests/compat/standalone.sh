@@ -40,3 +40,19 @@ print(*[s.getsockname()[1] for s in ss])')
   echo "conveyor standalone did not start" >&2
   return 1
 }
+
+# conveyor_bin ROOT: sets BIN to $CONVEYOR_BIN, else to the debug build of the checkout at ROOT,
+# built now under the cargo lock (in CARGO_TARGET_DIR when set). Returns 1 when there is none.
+conveyor_bin() {
+  local root=$1 target
+  if [[ -n "${CONVEYOR_BIN:-}" ]]; then
+    BIN="$CONVEYOR_BIN"
+  else
+    echo "cargo build -q -p conveyor${CARGO_TARGET_DIR:+ (CARGO_TARGET_DIR=$CARGO_TARGET_DIR)}" >&2
+    (cd "$root" && flock /tmp/conveyor-cargo.lock cargo build -q -p conveyor) >&2 || return 1
+    target="${CARGO_TARGET_DIR:-$root/target}"
+    [[ "$target" == /* ]] || target="$root/$target"
+    BIN="$target/debug/conveyor"
+  fi
+  [[ -x "$BIN" ]]
+}

@@ -100,16 +100,9 @@ compat_host_tools tls-rotation openssl:openssl || die "missing tools (above)"
 "$HERE/fetch.sh" >&2 || die "fetch.sh failed"
 [[ -s "$OUT/java-$PROFILE.classpath" ]] || die "no $OUT/java-$PROFILE.classpath after fetch.sh"
 JAVA_VERSION="$(cat "$OUT/java-$PROFILE.version")"
-if [[ -n "${CONVEYOR_BIN:-}" ]]; then
-  BIN="$CONVEYOR_BIN"
-else
-  say "cargo build -q -p conveyor${CARGO_TARGET_DIR:+ (CARGO_TARGET_DIR=$CARGO_TARGET_DIR)}"
-  (cd "$ROOT" && flock /tmp/conveyor-cargo.lock cargo build -q -p conveyor) >&2 || die "cargo build failed"
-  TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
-  [[ "$TARGET_DIR" == /* ]] || TARGET_DIR="$ROOT/$TARGET_DIR"
-  BIN="$TARGET_DIR/debug/conveyor"
-fi
-[[ -x "$BIN" ]] || die "$BIN is not an executable"
+# shellcheck source=tests/compat/standalone.sh
+source "$HERE/standalone.sh"
+conveyor_bin "$ROOT" || die "no conveyor binary (cargo build failed?)"
 T_BUILD=$((SECONDS - T0))
 
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/conveyor-tls-rotation.XXXXXX")"
@@ -219,8 +212,6 @@ cert-file = "$TLS/tls.crt"
 key-file = "$TLS/tls.key"
 EOF
 }
-# shellcheck source=tests/compat/standalone.sh
-source "$HERE/standalone.sh"
 standalone_start "$BIN" "$WORK" "$WORK/broker.log" write_config || die "conveyor standalone did not start"
 NS="127.0.0.1:$NS_PORT"
 PORTS=("$NS_PORT" "$BROKER_PORT" "$GRPC_PORT")
