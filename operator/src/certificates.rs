@@ -8,12 +8,10 @@
 //! trusting the new certificate.
 
 use k8s_openapi::api::core::v1::Secret;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use k8s_openapi::ByteString;
 use kube::api::Api;
 use kube::{Client, ResourceExt};
 
-use crate::builders::{hash, labels, names, namespace, owner_reference, Component};
+use crate::builders::{hash, names, namespace, owned_secret, owner_reference};
 use crate::crd::MessageQueueCluster;
 use crate::reconcile::apply::apply;
 use crate::reconcile::context::Error;
@@ -65,24 +63,14 @@ pub fn needs_new(
 }
 
 fn secret(mqc: &MessageQueueCluster, name: String, data: Vec<(&str, String)>) -> Secret {
-    let mut l = labels(mqc, Component::Broker, None);
-    l.insert("app.kubernetes.io/component".into(), "tls".into());
-    Secret {
-        metadata: ObjectMeta {
-            name: Some(name),
-            namespace: Some(namespace(mqc)),
-            labels: Some(l),
-            owner_references: Some(vec![owner_reference(mqc)]),
-            ..Default::default()
-        },
-        type_: Some("Opaque".into()),
-        data: Some(
-            data.into_iter()
-                .map(|(k, v)| (k.to_string(), ByteString(v.into_bytes())))
-                .collect(),
-        ),
-        ..Default::default()
-    }
+    owned_secret(
+        name,
+        &namespace(mqc),
+        &mqc.name_any(),
+        "tls",
+        owner_reference(mqc),
+        data,
+    )
 }
 
 fn value(s: &Secret, key: &str) -> Option<String> {

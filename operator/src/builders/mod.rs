@@ -23,8 +23,9 @@ pub use common::{
 };
 pub use placement::{spread_affinity, zone_label, DEFAULT_ZONE_LABEL, HOSTNAME_KEY};
 pub use security::{
-    cluster_secret, empty_users_secret, network_policies, pod_security, tls_secret_name,
-    PodSecurity, ACL_DIR, CLUSTER_SECRET_DIR, CLUSTER_SECRET_KEY, TLS_DIR, USERS_FILE_KEY,
+    cluster_secret, empty_users_secret, network_policies, owned_secret, pod_security,
+    tls_secret_name, PodSecurity, ACL_DIR, CLUSTER_SECRET_DIR, CLUSTER_SECRET_KEY, TLS_DIR,
+    USERS_FILE_KEY,
 };
 
 #[cfg(test)]

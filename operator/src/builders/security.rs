@@ -9,7 +9,7 @@ use k8s_openapi::api::networking::v1::{
     NetworkPolicy, NetworkPolicyIngressRule, NetworkPolicyPeer, NetworkPolicyPort,
     NetworkPolicySpec,
 };
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use k8s_openapi::ByteString;
 use kube::ResourceExt;
@@ -123,21 +123,53 @@ pub fn tls_secret_name(mqc: &MessageQueueCluster) -> Option<String> {
     })
 }
 
-fn secret(mqc: &MessageQueueCluster, name: String, key: &str, value: &str) -> Secret {
-    let mut l = labels(mqc, Component::Broker, None);
-    l.insert("app.kubernetes.io/component".into(), "acl".into());
+/// A Secret of cluster `cluster` playing part `component` (the `app.kubernetes.io` labels every
+/// owned object has), owned by `owner` (deleted with it), holding `data`.
+pub fn owned_secret<'a>(
+    name: String,
+    namespace: &str,
+    cluster: &str,
+    component: &str,
+    owner: OwnerReference,
+    data: impl IntoIterator<Item = (&'a str, String)>,
+) -> Secret {
     Secret {
         metadata: ObjectMeta {
             name: Some(name),
-            namespace: Some(namespace(mqc)),
-            labels: Some(l),
-            owner_references: Some(vec![owner_reference(mqc)]),
+            namespace: Some(namespace.to_string()),
+            labels: Some(
+                [
+                    ("app.kubernetes.io/name", "conveyor"),
+                    ("app.kubernetes.io/instance", cluster),
+                    ("app.kubernetes.io/component", component),
+                    ("app.kubernetes.io/managed-by", "conveyor-operator"),
+                ]
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            ),
+            owner_references: Some(vec![owner]),
             ..Default::default()
         },
         type_: Some("Opaque".into()),
-        data: Some([(key.to_string(), ByteString(value.as_bytes().to_vec()))].into()),
+        data: Some(
+            data.into_iter()
+                .map(|(k, v)| (k.to_string(), ByteString(v.into_bytes())))
+                .collect(),
+        ),
         ..Default::default()
     }
+}
+
+fn secret(mqc: &MessageQueueCluster, name: String, key: &str, value: &str) -> Secret {
+    owned_secret(
+        name,
+        &namespace(mqc),
+        &mqc.name_any(),
+        "acl",
+        owner_reference(mqc),
+        [(key, value.to_string())],
+    )
 }
 
 /// The cluster secret's Secret, under ACL (`None` without ACL or without a secret).

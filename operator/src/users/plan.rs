@@ -1,12 +1,11 @@
 //! What the users controller writes (pure): a user's credentials Secret and the cluster's
 //! users file in RocketMQ's `plain_acl.yml` format.
 
-use std::collections::BTreeMap;
-
 use k8s_openapi::api::core::v1::Secret;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
-use k8s_openapi::ByteString;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use serde::Serialize;
+
+use crate::builders::owned_secret;
 
 use super::resource::MessageQueueUserSpec;
 
@@ -76,31 +75,6 @@ pub fn users_file(users: &[UserEntry<'_>]) -> String {
     format!("# Kept by conveyor-operator from the cluster's MessageQueueUsers; changes are overwritten.\n{body}")
 }
 
-fn secret(
-    name: String,
-    namespace: &str,
-    labels: BTreeMap<String, String>,
-    owner: OwnerReference,
-    data: BTreeMap<String, String>,
-) -> Secret {
-    Secret {
-        metadata: ObjectMeta {
-            name: Some(name),
-            namespace: Some(namespace.to_string()),
-            labels: Some(labels),
-            owner_references: Some(vec![owner]),
-            ..Default::default()
-        },
-        type_: Some("Opaque".into()),
-        data: Some(
-            data.into_iter()
-                .map(|(k, v)| (k, ByteString(v.into_bytes())))
-                .collect(),
-        ),
-        ..Default::default()
-    }
-}
-
 /// The Secret an application mounts: `accessKey` and `secretKey`, owned by the user (deleted
 /// with it).
 pub fn user_secret(
@@ -111,25 +85,16 @@ pub fn user_secret(
     access_key: &str,
     secret_key: &str,
 ) -> Secret {
-    secret(
+    owned_secret(
         name,
         namespace,
-        [
-            ("app.kubernetes.io/name".into(), "conveyor".into()),
-            ("app.kubernetes.io/instance".into(), cluster.into()),
-            ("app.kubernetes.io/component".into(), "user".into()),
-            (
-                "app.kubernetes.io/managed-by".into(),
-                "conveyor-operator".into(),
-            ),
-        ]
-        .into(),
+        cluster,
+        "user",
         owner,
         [
-            (ACCESS_KEY.to_string(), access_key.to_string()),
-            (SECRET_KEY.to_string(), secret_key.to_string()),
-        ]
-        .into(),
+            (ACCESS_KEY, access_key.to_string()),
+            (SECRET_KEY, secret_key.to_string()),
+        ],
     )
 }
 
@@ -141,21 +106,13 @@ pub fn users_secret(
     owner: OwnerReference,
     file: String,
 ) -> Secret {
-    secret(
+    owned_secret(
         name,
         namespace,
-        [
-            ("app.kubernetes.io/name".into(), "conveyor".into()),
-            ("app.kubernetes.io/instance".into(), cluster.into()),
-            ("app.kubernetes.io/component".into(), "acl".into()),
-            (
-                "app.kubernetes.io/managed-by".into(),
-                "conveyor-operator".into(),
-            ),
-        ]
-        .into(),
+        cluster,
+        "acl",
         owner,
-        [(USERS_FILE_KEY.to_string(), file)].into(),
+        [(USERS_FILE_KEY, file)],
     )
 }
 
