@@ -367,3 +367,122 @@ async fn the_replication_port_serves_only_slaves_that_know_the_cluster_secret() 
         "a member with the secret was refused"
     );
 }
+
+/// The request of each family, as a client of it would send it.
+fn families_requests() -> Vec<(&'static str, RemotingCommand)> {
+    let hb = r#"{"clientID":"c1","consumerDataSet":[{"groupName":"workers","consumeType":"CONSUME_PASSIVELY","messageModel":"CLUSTERING","consumeFromWhere":"CONSUME_FROM_LAST_OFFSET","subscriptionDataSet":[{"topic":"Orders","subString":"*"}],"unitMode":false}],"producerDataSet":[]}"#;
+    vec![
+        ("send", send_request("Orders", 0, "x")),
+        ("pull", pull_request("workers", "Orders", 0, 0)),
+        ("offset query", query_offset("workers", "Orders")),
+        ("offset commit", update_offset("workers", "Orders", 0)),
+        (
+            "heartbeat",
+            RemotingCommand::request(rc::HEART_BEAT, Default::default())
+                .with_body(hb.as_bytes().to_vec()),
+        ),
+        (
+            "send back",
+            RemotingCommand::request(rc::CONSUMER_SEND_MSG_BACK, Default::default())
+                .with_ext("group", "workers")
+                .with_ext("offset", 0)
+                .with_ext("delayLevel", 0),
+        ),
+        (
+            "end of transaction",
+            RemotingCommand::request(rc::END_TRANSACTION, Default::default())
+                .with_ext("producerGroup", "pg")
+                .with_ext("tranStateTableOffset", 0)
+                .with_ext("commitLogOffset", 0)
+                .with_ext("commitOrRollback", 8),
+        ),
+        (
+            "admin",
+            RemotingCommand::request(rc::DELETE_TOPIC_IN_BROKER, Default::default())
+                .with_ext("topic", "Orders"),
+        ),
+    ]
+}
+
+/// Every family, unsigned and wrongly signed (the right user, another secret), is refused by
+/// the broker; registration likewise by the name server, and the controller's requests by a
+/// controller with ACL on.
+#[tokio::test]
+async fn every_family_refuses_unsigned_and_wrongly_signed_requests() {
+    let tmp = tempfile::tempdir().unwrap();
+    let server = start(tmp.path()).await;
+    let mut conn = server.raw().await;
+    let forged = Credentials::new("consumer1", "not-consumer-secret");
+    for (family, req) in families_requests() {
+        let r = conn.request(req.clone()).await;
+        assert_eq!(
+            r.code,
+            resp::NO_PERMISSION,
+            "{family} unsigned: {:?}",
+            r.remark
+        );
+        let r = conn.request(signed(req, &forged)).await;
+        assert_eq!(
+            r.code,
+            resp::NO_PERMISSION,
+            "{family} forged: {:?}",
+            r.remark
+        );
+        assert!(
+            r.remark
+                .as_deref()
+                .unwrap_or("")
+                .contains("check signature failed"),
+            "{family}: {:?}",
+            r.remark
+        );
+    }
+    // Registration: a forged cluster signature.
+    let mut ns = common::RawConn::connect(&server.namesrv()).await;
+    let register = RemotingCommand::request(rc::REGISTER_BROKER, Default::default())
+        .with_ext("brokerName", "broker-a")
+        .with_ext("brokerAddr", "10.9.9.9:10911")
+        .with_ext("clusterName", "DefaultCluster")
+        .with_ext("brokerId", 0);
+    let forged_cluster =
+        Credentials::new(conveyor::acl::CLUSTER_ACCESS_KEY, "guessed-secret-123456");
+    let r = ns.request(signed(register, &forged_cluster)).await;
+    assert_eq!(r.code, resp::NO_PERMISSION, "{:?}", r.remark);
+
+    // The controller: what brokers send needs the cluster secret, whoever else signs.
+    let mut cfg = common::config(&tmp.path().join("controller"));
+    cfg.role = conveyor::app::Role::Controller;
+    cfg.acl = Some(AclConfig {
+        users_file: tmp.path().join("plain_acl.yml"),
+        cluster_secret_file: tmp.path().join("cluster-secret"),
+        reload_interval: Duration::from_millis(100),
+    });
+    let controller = conveyor::app::start(cfg).await.expect("controller starts");
+    let mut c = common::RawConn::connect(&controller.controller_addr.unwrap().to_string()).await;
+    let hello = RemotingCommand::request(rc::CONTROLLER_REGISTER_BROKER, Default::default())
+        .with_ext("clusterName", "DefaultCluster")
+        .with_ext("brokerName", "broker-a")
+        .with_ext("brokerId", 0)
+        .with_ext("brokerAddress", "10.9.9.9:10911");
+    for (who, req) in [
+        ("unsigned", hello.clone()),
+        ("an admin", signed(hello.clone(), &admin())),
+        (
+            "a forged cluster signature",
+            signed(hello.clone(), &forged_cluster),
+        ),
+    ] {
+        let r = c.request(req).await;
+        assert_eq!(r.code, resp::NO_PERMISSION, "{who}: {:?}", r.remark);
+    }
+    let secret = std::fs::read_to_string(tmp.path().join("cluster-secret")).unwrap();
+    let cluster = Credentials::new(conveyor::acl::CLUSTER_ACCESS_KEY, secret.trim());
+    let r = c.request(signed(hello, &cluster)).await;
+    assert_ne!(
+        r.code,
+        resp::NO_PERMISSION,
+        "the cluster itself: {:?}",
+        r.remark
+    );
+    controller.stop().await;
+}
