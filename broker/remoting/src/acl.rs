@@ -56,47 +56,66 @@ impl Credentials {
             request.set_ext(SECURITY_TOKEN, token);
         }
         request.ext_fields.remove(SIGNATURE);
-        let signature = signature(
+        let signature = encode(&tag(
             &self.secret_key,
-            &content(&request.ext_fields, &request.body, false),
-        );
+            signed_parts(&request.ext_fields, &request.body, false),
+        ));
         request.set_ext(SIGNATURE, signature);
     }
 }
 
-/// The bytes a signature covers: every ext field's value but `Signature`'s in key order (byte
-/// order, as Java's `TreeMap` of ASCII keys), then the body. `skip_unique_key_query`: leave
-/// out `_UNIQUE_KEY_QUERY`, which clients up to 4.9.3 added after signing.
-pub fn content(ext: &ExtFields, body: &[u8], skip_unique_key_query: bool) -> Vec<u8> {
-    let mut out = Vec::with_capacity(body.len() + 256);
-    for (key, value) in ext {
-        if key == SIGNATURE || (skip_unique_key_query && key == "_UNIQUE_KEY_QUERY") {
-            continue;
-        }
-        out.extend_from_slice(value.as_bytes());
-    }
-    out.extend_from_slice(body);
-    out
+/// What a signature covers, in order: every ext field's value but `Signature`'s in key order
+/// (byte order, as Java's `TreeMap` of ASCII keys), then the body. `skip_unique_key_query`:
+/// leave out `_UNIQUE_KEY_QUERY`, which clients up to 4.9.3 added after signing. The parts are
+/// fed to the HMAC one by one: a large body is never copied to be signed or checked.
+pub fn signed_parts<'a>(
+    ext: &'a ExtFields,
+    body: &'a [u8],
+    skip_unique_key_query: bool,
+) -> impl Iterator<Item = &'a [u8]> {
+    ext.iter()
+        .filter(move |(key, _)| {
+            *key != SIGNATURE && !(skip_unique_key_query && *key == "_UNIQUE_KEY_QUERY")
+        })
+        .map(|(_, value)| value.as_bytes())
+        .chain(std::iter::once(body))
 }
 
-/// Base64 of HMAC-SHA1 of `content` keyed by `secret` (`AclSigner.calSignature`).
+/// HMAC-SHA1 of `parts` (as one message) keyed by `secret` (`AclSigner.calSignature`).
+fn tag<'a>(secret: &str, parts: impl IntoIterator<Item = &'a [u8]>) -> ring::hmac::Tag {
+    let key = ring::hmac::Key::new(ring::hmac::HMAC_SHA1_FOR_LEGACY_USE_ONLY, secret.as_bytes());
+    let mut context = ring::hmac::Context::with_key(&key);
+    for part in parts {
+        context.update(part);
+    }
+    context.sign()
+}
+
+fn encode(tag: &ring::hmac::Tag) -> String {
+    base64::engine::general_purpose::STANDARD.encode(tag.as_ref())
+}
+
+/// True when `expected` equals `tag`, compared in constant time.
+fn tag_is(tag: &ring::hmac::Tag, expected: &[u8]) -> bool {
+    let tag = tag.as_ref();
+    tag.len() == expected.len() && tag.iter().zip(expected).fold(0u8, |d, (a, b)| d | (a ^ b)) == 0
+}
+
+/// Base64 of HMAC-SHA1 of `content` keyed by `secret`.
 pub fn signature(secret: &str, content: &[u8]) -> String {
-    let key = ring::hmac::Key::new(ring::hmac::HMAC_SHA1_FOR_LEGACY_USE_ONLY, secret.as_bytes());
-    base64::engine::general_purpose::STANDARD.encode(ring::hmac::sign(&key, content).as_ref())
+    encode(&tag(secret, [content]))
 }
 
-/// True when `given` is the signature of `content` under `secret` (compared in constant time).
-pub fn verify(secret: &str, content: &[u8], given: &str) -> bool {
-    match base64::engine::general_purpose::STANDARD.decode(given) {
-        Ok(tag) => verify_tag(secret, content, &tag),
-        Err(_) => false,
-    }
+/// True when `given` (Base64) is the signature of `parts` under `secret`.
+pub fn verify<'a>(secret: &str, parts: impl IntoIterator<Item = &'a [u8]>, given: &str) -> bool {
+    base64::engine::general_purpose::STANDARD
+        .decode(given)
+        .is_ok_and(|expected| tag_is(&tag(secret, parts), &expected))
 }
 
-/// True when `tag` is the HMAC-SHA1 of `content` under `secret` (compared in constant time).
-pub fn verify_tag(secret: &str, content: &[u8], tag: &[u8]) -> bool {
-    let key = ring::hmac::Key::new(ring::hmac::HMAC_SHA1_FOR_LEGACY_USE_ONLY, secret.as_bytes());
-    ring::hmac::verify(&key, content, tag).is_ok()
+/// True when `expected` (raw bytes) is the HMAC-SHA1 of `content` under `secret`.
+pub fn verify_tag(secret: &str, content: &[u8], expected: &[u8]) -> bool {
+    tag_is(&tag(secret, [content]), expected)
 }
 
 static CLIENT_CREDENTIALS: RwLock<Option<Arc<Credentials>>> = RwLock::new(None);
@@ -122,6 +141,10 @@ pub fn client_credentials() -> Option<Arc<Credentials>> {
 mod tests {
     use super::*;
 
+    fn content(ext: &ExtFields, body: &[u8], skip: bool) -> Vec<u8> {
+        signed_parts(ext, body, skip).collect::<Vec<_>>().concat()
+    }
+
     #[test]
     fn the_signature_is_rocketmqs_test_vector() {
         // AclSignerTest: "RocketMQ" under "12345678".
@@ -129,17 +152,13 @@ mod tests {
             signature("12345678", b"RocketMQ"),
             "IUc8rrO/0gDch8CjObLQsW2rsiA="
         );
-        assert!(verify(
-            "12345678",
-            b"RocketMQ",
-            "IUc8rrO/0gDch8CjObLQsW2rsiA="
-        ));
-        assert!(!verify(
-            "12345679",
-            b"RocketMQ",
-            "IUc8rrO/0gDch8CjObLQsW2rsiA="
-        ));
-        assert!(!verify("12345678", b"RocketMQ", "not base64!"));
+        let vector: [&[u8]; 1] = [b"RocketMQ"];
+        assert!(verify("12345678", vector, "IUc8rrO/0gDch8CjObLQsW2rsiA="));
+        assert!(!verify("12345679", vector, "IUc8rrO/0gDch8CjObLQsW2rsiA="));
+        assert!(!verify("12345678", vector, "not base64!"));
+        // Fed in pieces, the same message signs the same.
+        let pieces: [&[u8]; 2] = [b"Rocket", b"MQ"];
+        assert!(verify("12345678", pieces, "IUc8rrO/0gDch8CjObLQsW2rsiA="));
     }
 
     #[test]
@@ -165,13 +184,13 @@ mod tests {
         let given = req.ext(SIGNATURE).unwrap().to_string();
         assert!(verify(
             "12345678",
-            &content(&req.ext_fields, &req.body, false),
+            [content(&req.ext_fields, &req.body, false).as_slice()],
             &given
         ));
         req.set_ext("topic", "U");
         assert!(!verify(
             "12345678",
-            &content(&req.ext_fields, &req.body, false),
+            signed_parts(&req.ext_fields, &req.body, false),
             &given
         ));
     }

@@ -192,9 +192,39 @@ impl Acl {
         }
     }
 
+    /// Who `access_key` is to a request from `peer` under `rules`, and the secret its
+    /// signature must be made with (`None`: none needed — a whitelisted address). The one
+    /// rule of identification, for remoting and gRPC alike.
+    fn identify<'r>(
+        &'r self,
+        rules: &'r Rules,
+        peer: IpAddr,
+        access_key: &str,
+    ) -> Result<(Subject, Option<&'r str>), String> {
+        if access_key == CLUSTER_ACCESS_KEY {
+            return Ok((Subject::Cluster, Some(self.cluster_secret.as_str())));
+        }
+        let Some(account) = rules.accounts.get(access_key) else {
+            return Err(format!("no user with AccessKey {access_key}"));
+        };
+        let subject = Subject::User(access_key.to_string());
+        if account
+            .white_address
+            .as_ref()
+            .is_some_and(|w| w.matches(peer))
+        {
+            return Ok((subject, None));
+        }
+        Ok((subject, Some(account.secret_key.as_str())))
+    }
+
     /// Who signed `req`, coming from `peer`, if the signature holds.
-    pub fn authenticate(&self, peer: IpAddr, req: &RemotingCommand) -> Result<Subject, String> {
-        let rules = self.rules();
+    fn authenticate(
+        &self,
+        rules: &Rules,
+        peer: IpAddr,
+        req: &RemotingCommand,
+    ) -> Result<Subject, String> {
         if rules.globally_white(peer) {
             return Ok(Subject::Whitelisted);
         }
@@ -205,28 +235,14 @@ impl Acl {
                     .into(),
             );
         };
-        let (secret, subject) = if access_key == CLUSTER_ACCESS_KEY {
-            (self.cluster_secret.as_str(), Subject::Cluster)
-        } else {
-            let Some(account) = rules.accounts.get(access_key) else {
-                return Err(format!("no user with AccessKey {access_key}"));
-            };
-            if account
-                .white_address
-                .as_ref()
-                .is_some_and(|w| w.matches(peer))
-            {
-                return Ok(Subject::User(access_key.to_string()));
-            }
-            (
-                account.secret_key.as_str(),
-                Subject::User(access_key.to_string()),
-            )
+        let (subject, secret) = self.identify(rules, peer, access_key)?;
+        let Some(secret) = secret else {
+            return Ok(subject);
         };
         let skip_unique = req.version <= LAST_UNSIGNED_UNIQUE_KEY_VERSION;
-        let content = signing::content(&req.ext_fields, &req.body, skip_unique);
+        let parts = signing::signed_parts(&req.ext_fields, &req.body, skip_unique);
         match req.ext(signing::SIGNATURE) {
-            Some(given) if signing::verify(secret, &content, given) => Ok(subject),
+            Some(given) if signing::verify(secret, parts, given) => Ok(subject),
             _ => Err(format!("check signature failed for AccessKey {access_key}")),
         }
     }
@@ -239,31 +255,20 @@ impl Acl {
         req: &RemotingCommand,
         needs: &[Need],
     ) -> Result<Subject, RemotingCommand> {
+        let rules = self.rules();
         let checked = self
-            .authenticate(peer, req)
-            .and_then(|subject| self.authorize(&subject, req.code, needs).map(|_| subject));
+            .authenticate(&rules, peer, req)
+            .and_then(|subject| authorize(&rules, &subject, req.code, needs).map(|_| subject));
         checked.map_err(|remark| {
             tracing::debug!(%peer, code = req.code, remark, "request refused by ACL");
             crate::remoting::error_response(req, resp::NO_PERMISSION, remark)
         })
     }
 
-    /// Whether `subject` may make request `code`, which needs `needs`; `Err` says what it
-    /// lacks.
+    /// Whether `subject` may make request `code`, which needs `needs`, under the rules in
+    /// force; `Err` says what it lacks.
     pub fn authorize(&self, subject: &Subject, code: i32, needs: &[Need]) -> Result<(), String> {
-        let Subject::User(ak) = subject else {
-            return Ok(()); // the cluster and whitelisted addresses
-        };
-        let rules = self.rules();
-        let Some(account) = rules.accounts.get(ak) else {
-            return Err(format!("no user with AccessKey {ak}"));
-        };
-        match account.lacks(needs) {
-            Some(need) => Err(format!(
-                "AccessKey {ak} has no permission for request code {code}: it needs {need}"
-            )),
-            None => Ok(()),
-        }
+        authorize(&self.rules(), subject, code, needs)
     }
 
     /// Who made a gRPC call (the 5.x SDKs' `authorization` header: `MQv2-HMAC-SHA1
@@ -300,24 +305,30 @@ impl Acl {
         }
         let access_key = access_key.ok_or("the authorization header names no Credential")?;
         let date_time = date_time.ok_or("the call has no x-mq-date-time header")?;
-        let Some(account) = rules.accounts.get(access_key) else {
-            return Err(format!("no user with AccessKey {access_key}"));
-        };
-        let subject = Subject::User(access_key.to_string());
-        if account
-            .white_address
-            .as_ref()
-            .is_some_and(|w| w.matches(peer))
-        {
+        let (subject, secret) = self.identify(&rules, peer, access_key)?;
+        let Some(secret) = secret else {
             return Ok(subject);
-        }
-        let tag = signature.and_then(hex_decode);
-        match tag {
-            Some(tag) if signing::verify_tag(&account.secret_key, date_time.as_bytes(), &tag) => {
-                Ok(subject)
-            }
+        };
+        match signature.and_then(hex_decode) {
+            Some(tag) if signing::verify_tag(secret, date_time.as_bytes(), &tag) => Ok(subject),
             _ => Err(format!("check signature failed for AccessKey {access_key}")),
         }
+    }
+}
+
+/// Whether `subject` may make request `code`, which needs `needs`, under `rules`.
+fn authorize(rules: &Rules, subject: &Subject, code: i32, needs: &[Need]) -> Result<(), String> {
+    let Subject::User(ak) = subject else {
+        return Ok(()); // the cluster and whitelisted addresses
+    };
+    let Some(account) = rules.accounts.get(ak) else {
+        return Err(format!("no user with AccessKey {ak}"));
+    };
+    match account.lacks(needs) {
+        Some(need) => Err(format!(
+            "AccessKey {ak} has no permission for request code {code}: it needs {need}"
+        )),
+        None => Ok(()),
     }
 }
 

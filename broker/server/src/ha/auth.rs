@@ -37,7 +37,11 @@ pub fn check(
     if (now_ms - at).abs() > SKEW_MS {
         return Err("the slave's proof is stale (or the clocks differ by over 5 minutes)".into());
     }
-    if !verify(secret, &content(broker_name, broker_id, at), sig) {
+    if !verify(
+        secret,
+        [content(broker_name, broker_id, at).as_slice()],
+        sig,
+    ) {
         return Err("the slave's proof does not match the cluster secret".into());
     }
     Ok(())
