@@ -35,8 +35,8 @@ impl<P: Processor> Processor for Guarded<P> {
         conn: Connection,
         request: RemotingCommand,
     ) -> Option<RemotingCommand> {
-        let needs = (self.needs)(&self.inner, &request);
-        if let Err(refusal) = self.acl.check(conn.peer().ip(), &request, &needs) {
+        let needs = || (self.needs)(&self.inner, &request);
+        if let Err(refusal) = self.acl.check(conn.peer().ip(), &request, needs) {
             return (!request.is_oneway()).then_some(refusal);
         }
         self.inner.clone().handle(conn, request).await

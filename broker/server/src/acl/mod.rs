@@ -247,18 +247,19 @@ impl Acl {
         }
     }
 
-    /// Authenticates `req` and checks it against `needs`: `Ok` to go on, or the
-    /// NO_PERMISSION answer.
+    /// Authenticates `req` and checks it against what `needs` says it needs (worked out only
+    /// once the signature holds: an unsigned flood costs no body parsing): `Ok` to go on, or
+    /// the NO_PERMISSION answer.
     pub fn check(
         &self,
         peer: IpAddr,
         req: &RemotingCommand,
-        needs: &[Need],
+        needs: impl FnOnce() -> Vec<Need>,
     ) -> Result<Subject, RemotingCommand> {
         let rules = self.rules();
         let checked = self
             .authenticate(&rules, peer, req)
-            .and_then(|subject| authorize(&rules, &subject, req.code, needs).map(|_| subject));
+            .and_then(|subject| authorize(&rules, &subject, req.code, &needs()).map(|_| subject));
         checked.map_err(|remark| {
             tracing::debug!(%peer, code = req.code, remark, "request refused by ACL");
             crate::remoting::error_response(req, resp::NO_PERMISSION, remark)
@@ -384,13 +385,13 @@ mod tests {
         let mut ok = send("Orders");
         creds.sign(&mut ok);
         assert_eq!(
-            acl.check(local(), &ok, &needs(&ok)),
+            acl.check(local(), &ok, || needs(&ok)),
             Ok(Subject::User("producer1".into()))
         );
 
         let unsigned = send("Orders");
         let refusal = acl
-            .check(local(), &unsigned, &needs(&unsigned))
+            .check(local(), &unsigned, || needs(&unsigned))
             .unwrap_err();
         assert_eq!(refusal.code, resp::NO_PERMISSION);
         assert!(refusal.remark.unwrap().contains("not signed"));
@@ -398,7 +399,7 @@ mod tests {
         let mut wrong = send("Orders");
         Credentials::new("producer1", "not-the-secret").sign(&mut wrong);
         let remark = acl
-            .check(local(), &wrong, &needs(&wrong))
+            .check(local(), &wrong, || needs(&wrong))
             .unwrap_err()
             .remark
             .unwrap();
@@ -407,7 +408,7 @@ mod tests {
         let mut other = send("Payments");
         creds.sign(&mut other);
         let remark = acl
-            .check(local(), &other, &needs(&other))
+            .check(local(), &other, || needs(&other))
             .unwrap_err()
             .remark
             .unwrap();
@@ -415,13 +416,15 @@ mod tests {
 
         let mut cluster = RemotingCommand::request(rc::REGISTER_BROKER, ExtFields::new());
         creds.sign(&mut cluster);
-        assert!(acl.check(local(), &cluster, &[Need::Cluster]).is_err());
+        assert!(acl
+            .check(local(), &cluster, || vec![Need::Cluster])
+            .is_err());
         let mut cluster = RemotingCommand::request(rc::REGISTER_BROKER, ExtFields::new());
         cluster_credentials(&dir.path().join("cluster-secret"))
             .unwrap()
             .sign(&mut cluster);
         assert_eq!(
-            acl.check(local(), &cluster, &[Need::Cluster]),
+            acl.check(local(), &cluster, || vec![Need::Cluster]),
             Ok(Subject::Cluster)
         );
     }
