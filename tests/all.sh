@@ -42,8 +42,9 @@ python3 tests/arch/import_cycles.py broker/protocol broker/remoting broker/setti
 # - fuse3 (fusermount3): the power-loss test (broker/server/tests/power_loss.rs) serves tests/faultfs
 #   over FUSE; as root it mounts with mount(2), otherwise fuser goes through fusermount3. /dev/fuse
 #   itself must exist: under CI=true the test fails without it.
-# - iproute2 (ip) and nftables (nft): the partition test (broker/server/tests/failover.rs) puts
-#   brokers in network namespaces and cuts them apart with nftables rules.
+# - iproute2 (ip) and nftables (nft): the partition tests (broker/server/tests/failover.rs,
+#   tests/compat/failover-gaps.sh) put brokers in network namespaces and cut them apart with
+#   nftables rules.
 missing=()
 command -v fusermount3 >/dev/null || missing+=(fuse3)
 command -v ip >/dev/null || missing+=(iproute2)
@@ -79,6 +80,10 @@ suite "5.x SDKs with ACL" tests/compat/grpc-acl.sh
 suite "TLS certificate rotation under load" tests/compat/tls-rotation.sh
 # Replication: the Java producer through 20 SIGKILLs of the master (controller mode), with a ledger.
 suite "failover with the Java client" tests/compat/failover.sh
+# Failover as the unmodified client sees it: the Java producer at its defaults through 5 kills (kept
+# down), 5 freezes (30 s) and 5 network cuts of the master, each broker in its own network
+# namespace, with the group's address; 0 acknowledged lost and a median gap of 10 s or less each.
+suite "failover gaps with the Java client at its defaults" tests/compat/failover-gaps.sh
 # mqadmin's replication commands (haStatus, getSyncStateSet, getBrokerEpoch, electMaster, …) and draining a
 # broker group with wipeWritePerm under a running Java producer and consumer.
 suite "mqadmin replication and drain" tests/compat/mqadmin-replication.sh

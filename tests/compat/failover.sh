@@ -31,16 +31,13 @@ PROFILE="${FAILOVER_CLIENT:-rmq5}"
 TOPIC=FailoverLedger
 
 "$HERE/fetch.sh" >&2
-if [[ -n "${CONVEYOR_BIN:-}" ]]; then
-  BIN="$CONVEYOR_BIN"
-else
-  (cd "$ROOT" && cargo build -q -p conveyor)
-  BIN="${CARGO_TARGET_DIR:-$ROOT/target}/debug/conveyor"
-fi
 WORK="$(mktemp -d /tmp/conveyor-failover.XXXXXX)"
 LOGS="${COMPAT_LOG_DIR:-$OUT/logs/failover-$(date +%Y%m%d-%H%M%S)}"
 mkdir -p "$LOGS"
 say() { echo "failover: $*" >&2; }
+# shellcheck source=tests/compat/processes.sh
+source "$HERE/processes.sh"
+BIN="$(conveyor_binary)"
 
 cleanup() {
   for f in "$WORK"/*.pid; do
@@ -51,7 +48,6 @@ cleanup() {
 }
 trap cleanup EXIT
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'; }
 declare -A PORT
 for p in controller namesrv controller_http namesrv_http b0 b0_ha b0_http b1 b1_ha b1_http; do
   PORT[$p]="$(free_port)"
@@ -79,8 +75,6 @@ controller-heartbeat-ms = 200
 max-time-not-caught-up-ms = 4000
 EOF
 
-# shellcheck source=tests/compat/processes.sh
-source "$HERE/processes.sh"
 
 start_controller() {
   # Started from a subshell, so that the shell does not report the processes it kills.
@@ -104,12 +98,6 @@ start_broker() { # id
   wait_http "${PORT[b${id}_http]}" "b$id"
 }
 
-# The controller's view: "MASTER IN_SYNC_COUNT" (MASTER -1 when none).
-replication() {
-  "$BIN" admin replication --controller "$CONTROLLER" --group broker-a --output json 2>/dev/null |
-    python3 -c 'import json,sys; d=json.load(sys.stdin); print(d["master"] if d["master"] is not None else -1, len(d["syncStateSet"]))' ||
-    echo "-1 0"
-}
 # Whether broker $1 is in the controller's in-sync set.
 in_sync_has() {
   "$BIN" admin replication --controller "$CONTROLLER" --group broker-a --output json 2>/dev/null |
@@ -120,15 +108,6 @@ lines() { [[ -f "$1" ]] && wc -l <"$1" || echo 0; }
 last_ok() { [[ -s "$1" ]] && tail -n 1 "$1" | sed 's/^k-0*//; s/^$/0/' || echo -1; }
 now() { date +%s.%N; }
 
-java_run() { # java_run LOGNAME ARGS...
-  local logroot="$WORK/java"
-  mkdir -p "$logroot"
-  local name=$1
-  shift
-  java -Xms64m -Xmx512m -Drocketmq.client.logRoot="$logroot" -Drocketmq.log.root="$logroot" \
-    -Duser.home="$logroot/home" -Dlogback.configurationFile="$HERE/mqadmin/conf/logback_tools.xml" \
-    -cp "$(cat "$OUT/java-$PROFILE.classpath")" conveyor.compat.Ledger "$@" >"$WORK/$name.out" 2>>"$WORK/$name.log"
-}
 
 start_controller
 start_namesrv

@@ -55,7 +55,6 @@ cleanup() {
 }
 trap cleanup EXIT
 TARGET="${COMPAT_TARGET:-conveyor}"
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'; }
 CLUSTER=DefaultCluster
 # shellcheck source=tests/compat/processes.sh
 source "$HERE/processes.sh"

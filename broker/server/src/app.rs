@@ -39,6 +39,8 @@ pub struct AppConfig {
     pub controller_listen: SocketAddr,
     /// How the controller decides (Controller); its state goes to the store's data dir.
     pub controller: crate::controller::ControllerConfig,
+    /// Group endpoints the controller serves (Controller).
+    pub group_endpoints: Vec<crate::controller::endpoint::GroupEndpoint>,
     /// Name server listen address (NameServer, Standalone).
     pub namesrv_listen: SocketAddr,
     /// Broker listen address (Broker, Standalone).
@@ -210,6 +212,16 @@ pub async fn start(mut cfg: AppConfig) -> Result<Running, StartError> {
         {
             let (c, stop) = (controller.clone(), shutdown.clone());
             tasks.spawn(async move { c.run_detection(stop).await });
+        }
+        for e in &cfg.group_endpoints {
+            let listener = bind(e.listen).await?;
+            tracing::info!(group = e.group, listen = %e.listen, "group endpoint listening");
+            tasks.spawn(crate::controller::endpoint::serve(
+                controller.clone(),
+                e.group.clone(),
+                listener,
+                shutdown.clone(),
+            ));
         }
         tasks.spawn(serve_behind(
             &acl,

@@ -529,10 +529,25 @@ pub fn app_config(role: Role, settings: Settings) -> Result<AppConfig, SettingsE
         Role::Controller => c.listen.or(namesrv.listen).unwrap_or(default_controller),
         _ => default_controller,
     };
+    let group_endpoints = c
+        .group_endpoints
+        .iter()
+        .flatten()
+        .map(|e| {
+            e.parse()
+                .map_err(
+                    |e: crate::controller::endpoint::EndpointError| SettingsError::Invalid {
+                        key: "controller.group-endpoints",
+                        reason: e.to_string(),
+                    },
+                )
+        })
+        .collect::<Result<Vec<_>, _>>()?;
     Ok(AppConfig {
         role,
         controller_listen,
         controller,
+        group_endpoints,
         namesrv_listen,
         broker_listen,
         replication_listen,
@@ -618,6 +633,11 @@ fn replication_settings(role: BrokerRole, r: &ReplicationSection) -> Replication
         controller_heartbeat_ms: r
             .controller_heartbeat_ms
             .unwrap_or(d.controller_heartbeat_ms),
+        group_address: r
+            .group_address
+            .clone()
+            .filter(|s| !s.is_empty())
+            .or(d.group_address),
         synchronous: r.synchronous.unwrap_or(d.synchronous),
         max_time_not_caught_up_ms: r
             .max_time_not_caught_up_ms

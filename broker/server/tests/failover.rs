@@ -1377,3 +1377,118 @@ async fn a_switchover_fails_no_send_made_to_the_old_master() {
         answers.len()
     );
 }
+
+/// The group's address: the controller's group endpoint, which the masters register as id 0.
+/// Through it a client reaches whichever replica is master, without a new route: after a
+/// freeze (the request in flight to the frozen master fails at once: its connection is
+/// closed, it does not wait for its timeout) and after a kill.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_group_endpoint_leads_clients_to_whichever_replica_is_master() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .unwrap()
+        .port();
+    let group_addr = format!("127.0.0.1:{port}");
+    let tmp = tempfile::tempdir().unwrap();
+    let controller = format!("{CONTROLLER_SETTINGS}group-endpoints = [\"{GROUP}={group_addr}\"]\n");
+    let settings = format!("{}group-address = \"{group_addr}\"\n", broker_settings());
+    let mut cluster = Cluster::launch(tmp.path(), &controller, &settings).await;
+    let mut ledger = Ledger::default();
+    let old = ledger.in_sync_master(&cluster).await;
+    assert_eq!(
+        routed_master(&cluster).await.as_deref(),
+        Some(group_addr.as_str()),
+        "the master registers the group's address as id 0"
+    );
+    // Sends through the group's address land on the master.
+    let through = RemotingClient::new(RemotingConfig::default());
+    let (body, code) = send_at(&mut ledger, &through, &group_addr).await;
+    assert_eq!(code.ok(), Some(resp::SUCCESS), "{}", cluster.logs());
+    ledger.ok.insert(body);
+
+    // Freeze the master: a send through the endpoint waits in its socket until the endpoint
+    // sees the new master and closes the connection; it is not answered by a timeout.
+    cluster.brokers[old].as_ref().unwrap().pause();
+    let (body, in_flight) = send_at(&mut ledger, &through, &group_addr).await;
+    match in_flight {
+        Ok(code) => assert_ne!(code, resp::SUCCESS, "the frozen master answered {body}"),
+        Err(e) => assert!(
+            matches!(e, conveyor_remoting::RemotingError::ConnectionClosed { .. }),
+            "the request to the frozen master was not failed by the closed connection: {e}\n{}",
+            cluster.logs()
+        ),
+    }
+    acknowledged_at(
+        &mut ledger,
+        &cluster,
+        &through,
+        &group_addr,
+        "no SEND_OK through the group address",
+    )
+    .await;
+    let new = 1 - old;
+    assert_eq!(cluster.master().await.map(|(m, _)| m), Some(new));
+    cluster.brokers[old].as_ref().unwrap().resume();
+    assert_eq!(ledger.in_sync_master(&cluster).await, new);
+    assert_eq!(
+        routed_master(&cluster).await.as_deref(),
+        Some(group_addr.as_str()),
+        "the route kept the group's address through the failover"
+    );
+
+    // Kill the new master: the group's address leads to the other one again.
+    cluster.brokers[new].as_mut().unwrap().kill();
+    acknowledged_at(
+        &mut ledger,
+        &cluster,
+        &through,
+        &group_addr,
+        "no SEND_OK after the kill",
+    )
+    .await;
+    assert_eq!(cluster.master().await.map(|(m, _)| m), Some(old));
+    let seen: BTreeSet<String> = drain(&cluster.client, &group_addr)
+        .await
+        .into_values()
+        .collect();
+    let lost: Vec<&String> = ledger.ok.difference(&seen).collect();
+    assert!(lost.is_empty(), "acknowledged but lost: {lost:?}");
+    let unexpected: Vec<&String> = seen.difference(&ledger.attempted).collect();
+    assert!(unexpected.is_empty(), "never sent: {unexpected:?}");
+}
+
+/// Sends one new message to `addr`: its body and the answer's code.
+async fn send_at(
+    ledger: &mut Ledger,
+    client: &RemotingClient,
+    addr: &str,
+) -> (String, Result<i32, conveyor_remoting::RemotingError>) {
+    let body = format!("g-{:08}", ledger.next);
+    ledger.next += 1;
+    ledger.attempted.insert(body.clone());
+    let r = client
+        .invoke_timeout(addr, send_request(TOPIC, 0, body.clone()), DEADLINE)
+        .await;
+    (body, r.map(|r| r.code))
+}
+
+/// Sends to `addr` until a send is acknowledged (and recorded); fails the test with `what` if
+/// none is within the deadline.
+async fn acknowledged_at(
+    ledger: &mut Ledger,
+    cluster: &Cluster,
+    client: &RemotingClient,
+    addr: &str,
+    what: &str,
+) {
+    let deadline = Instant::now() + DEADLINE;
+    loop {
+        let (body, code) = send_at(ledger, client, addr).await;
+        if code.ok() == Some(resp::SUCCESS) {
+            ledger.ok.insert(body);
+            return;
+        }
+        assert!(Instant::now() < deadline, "{what}\n{}", cluster.logs());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}

@@ -213,12 +213,19 @@ section! {
         /// `"0.0.0.0:9878"`.
         pub listen: SocketAddr,
         /// `detection-ms`: a master silent this long is replaced
-        /// (`controllerHeartBeatTimeoutMills`). Default `10000`.
+        /// (`controllerHeartBeatTimeoutMills`). Default `4000` (RocketMQ: 10000): eight
+        /// heartbeats at the brokers' default 500 ms.
         pub detection_ms: u64,
         /// `allow-unclean-election`: elect a replica outside the in-sync set when no member of
         /// it is alive; acknowledged messages can be lost (`enableElectUncleanMaster`).
         /// Default `false`.
         pub allow_unclean_election: bool,
+        /// `group-endpoints`: `"<brokerName>=<ip>:<port>"` entries: for each group, an address
+        /// this controller listens on and leads every connection to the group's current master
+        /// (the address its masters register as id 0, `[replication] group-address`), so that
+        /// unmodified clients reach a new master without waiting for their route poll.
+        /// Default: none.
+        pub group_endpoints: Vec<String>,
     }
 }
 
@@ -267,8 +274,14 @@ section! {
         /// operator sets it to `<namespace>/<cluster>`. Default: none.
         pub controller_scope: String,
         /// `controller-heartbeat-ms`: how often the broker heartbeats to its controller
-        /// (`brokerHeartbeatInterval`). Default `1000`.
+        /// (`brokerHeartbeatInterval`). Default `500` (RocketMQ: 1000).
         pub controller_heartbeat_ms: u64,
+        /// `group-address`: in controller mode, the `"ip:port"` this broker registers with
+        /// name servers while it is its group's master, instead of its own address: an
+        /// address that always leads to the group's master (a controller's group endpoint, a
+        /// Service), so clients keep their route across a failover. Slaves register their own
+        /// address. Default: unset (the master registers its own address).
+        pub group_address: String,
         /// `synchronous`: in controller mode, a master answers SEND_OK once every member of
         /// the in-sync set holds the message (`allAckInSyncStateSet`); `false` acknowledges
         /// after the master's own flush. Default `true`.

@@ -125,7 +125,10 @@ impl NameServerRegistrar {
         Some(
             request
                 .with_ext("brokerName", &self.broker_name)
-                .with_ext("brokerAddr", &self.advertised_addr)
+                .with_ext(
+                    "brokerAddr",
+                    self.replication.registration_addr(&self.advertised_addr),
+                )
                 .with_ext("clusterName", &self.cluster_name)
                 .with_ext("haServerAddr", &self.ha_addr)
                 .with_ext("brokerId", self.replication.registration_id())
@@ -192,7 +195,10 @@ impl NameServerRegistrar {
     pub async fn unregister_all(&self) {
         let request = RemotingCommand::request(rc::UNREGISTER_BROKER, Default::default())
             .with_ext("brokerName", &self.broker_name)
-            .with_ext("brokerAddr", &self.advertised_addr)
+            .with_ext(
+                "brokerAddr",
+                self.replication.registration_addr(&self.advertised_addr),
+            )
             .with_ext("clusterName", &self.cluster_name)
             .with_ext("brokerId", self.replication.registration_id());
         for link in &self.namesrvs {

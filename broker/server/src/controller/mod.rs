@@ -9,13 +9,15 @@
 //! - [`state_store`]: where the state is saved before anyone hears of it (a file here; the
 //!   Kubernetes API in the operator).
 //! - [`processor`]: the remoting requests.
+//! - [`endpoint`]: a stable address per group that leads clients to its current master.
 //!
 //! It runs as `conveyor controller` (one process; its state survives restarts in its data
 //! directory).
 
 pub mod decide;
+pub mod endpoint;
 pub mod processor;
 pub mod service;
 pub mod state_store;
 
-pub use service::{Controller, ControllerConfig, ReplicaInfo, Switchover};
+pub use service::{Controller, ControllerConfig, ReplicaInfo, Serving, Switchover};

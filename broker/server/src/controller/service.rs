@@ -19,6 +19,18 @@ use super::decide::{Candidate, ControllerError, ControllerState, GroupState, Mem
 use super::state_store::{StateStore, StateStoreError};
 use crate::remoting::ConnectionId;
 
+/// The master clients should be led to ([`Controller::serving_master`]): by a group endpoint
+/// (`super::endpoint`) or the operator's master Service.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Serving {
+    /// Its replica id.
+    pub broker_id: i64,
+    /// The master epoch it serves in.
+    pub epoch: u32,
+    /// Its own remoting address.
+    pub addr: String,
+}
+
 /// How the controller decides.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ControllerConfig {
@@ -31,7 +43,7 @@ pub struct ControllerConfig {
 impl Default for ControllerConfig {
     fn default() -> Self {
         Self {
-            detection: Duration::from_secs(10),
+            detection: Duration::from_secs(4),
             allow_unclean: false,
         }
     }
@@ -499,6 +511,31 @@ impl Controller {
             Some(h) => h.alive(now, self.config.detection),
             None => now.duration_since(self.started) < self.config.detection,
         }
+    }
+
+    /// The master of `group` a client should be led to: elected, alive, and heartbeating in
+    /// its epoch since its election, so it knows it is master and takes writes at once (a
+    /// write reaching it earlier would be relayed to its frozen or dead predecessor).
+    pub fn serving_master(&self, group: &str) -> Option<Serving> {
+        let (broker_id, epoch, addr) = {
+            let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+            let g = state.groups.get(group)?;
+            let m = g.master?;
+            (m, g.master_epoch, g.members.get(&m)?.addr.clone())
+        };
+        let beat = self
+            .heartbeats
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&(group.to_string(), broker_id))
+            .copied()?;
+        (beat.epoch == epoch && beat.alive(Instant::now(), self.config.detection)).then_some(
+            Serving {
+                broker_id,
+                epoch,
+                addr,
+            },
+        )
     }
 
     /// The registered replicas of `group`.

@@ -45,6 +45,9 @@ pub struct ReplicationConfig {
     pub controller_scope: Option<String>,
     /// Heartbeat period to the controller.
     pub controller_heartbeat_ms: u64,
+    /// Controller mode: what the master registers as id 0 instead of its own address (see
+    /// the `[replication] group-address` setting).
+    pub group_address: Option<String>,
     /// Controller mode: a master waits for every member of the in-sync set (`true`) or for
     /// nobody (`false`).
     pub synchronous: bool,
@@ -74,7 +77,8 @@ impl Default for ReplicationConfig {
             metadata_sync_interval_ms: 10_000,
             controller_addrs: Vec::new(),
             controller_scope: None,
-            controller_heartbeat_ms: 1_000,
+            controller_heartbeat_ms: 500,
+            group_address: None,
             synchronous: true,
             max_time_not_caught_up_ms: 15_000,
             cluster_secret: None,

@@ -247,6 +247,16 @@ impl Replication {
         }
     }
 
+    /// The address to register with name servers under, this broker's own being `own`: the
+    /// group's address while master in controller mode, when one is set (see
+    /// `[replication] group-address`).
+    pub fn registration_addr<'a>(&'a self, own: &'a str) -> &'a str {
+        match (&self.config.group_address, self.registration_id()) {
+            (Some(group), 0) if self.config.controller_mode() => group,
+            _ => own,
+        }
+    }
+
     /// The id a slave of replica id `replica_id` registers under (see
     /// [`Replication::registration_id`]).
     fn slave_registration_id(&self, replica_id: i64) -> i64 {

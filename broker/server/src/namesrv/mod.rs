@@ -164,7 +164,7 @@ impl NameServer {
             rc::REGISTER_BROKER => self.register(conn, req),
             rc::UNREGISTER_BROKER => {
                 let addr = req.get_str("brokerAddr").map_err(|e| bad(&e))?;
-                self.routes().unregister(addr);
+                self.routes().unregister_by(addr, conn.id());
                 Ok(ok())
             }
             rc::GET_ROUTEINFO_BY_TOPIC => {

@@ -95,6 +95,26 @@ impl RouteInfo {
             self.master_epochs
                 .insert(reg.broker_name.clone(), reg.master_epoch);
         }
+        // A broker registering under a new address (a promoted slave now registering its
+        // group's address) drops its slave entry, known by its replication address, which
+        // would otherwise linger until it expired. Master entries are never dropped here: the
+        // group's address stays routable while a deposed master re-registers as a slave.
+        if !reg.ha_server_addr.is_empty() {
+            let stale: Vec<String> = self
+                .live
+                .iter()
+                .filter(|(addr, l)| {
+                    l.broker_name == reg.broker_name
+                        && l.broker_id != MASTER_ID
+                        && l.ha_server_addr == reg.ha_server_addr
+                        && **addr != reg.broker_addr
+                })
+                .map(|(addr, _)| addr.clone())
+                .collect();
+            for addr in stale {
+                self.unregister(&addr);
+            }
+        }
         self.clusters
             .entry(reg.cluster.clone())
             .or_default()
@@ -157,6 +177,22 @@ impl RouteInfo {
             }
         }
         result
+    }
+
+    /// UNREGISTER_BROKER of `broker_addr` over `conn`: ignored when another connection
+    /// registered that address since (a group's address, now registered by the group's new
+    /// master, is not taken away by its former master shutting down).
+    pub fn unregister_by(&mut self, broker_addr: &str, conn: ConnectionId) {
+        if let Some(holder) = self.live.get(broker_addr).and_then(|l| l.connection) {
+            if holder != conn {
+                tracing::info!(
+                    broker = broker_addr,
+                    "unregistration ignored: another broker registered this address since"
+                );
+                return;
+            }
+        }
+        self.unregister(broker_addr);
     }
 
     /// Removes one broker address (UNREGISTER_BROKER, expiry, closed connection).
@@ -462,6 +498,47 @@ mod tests {
         let data = &r.route("T").unwrap().broker_datas[0];
         assert_eq!(data.broker_addrs[&0], "10.0.0.2:10911");
         assert_eq!(data.broker_addrs[&2], "10.0.0.1:10911");
+    }
+
+    #[test]
+    fn a_promoted_slave_registering_its_groups_address_drops_its_slave_entry() {
+        let mut r = RouteInfo::default();
+        let now = Instant::now();
+        let as_member = |addr: &str, id, ha: &str, epoch| Registration {
+            ha_server_addr: ha.into(),
+            master_epoch: epoch,
+            ..reg("broker-a", addr, id, &[("T", 4)])
+        };
+        // Master 1 registers the group's address; replica 2 its own, as a slave.
+        r.register(as_member("group:1", 0, "b1:2", 1), now);
+        r.register(as_member("b2:1", 3, "b2:2", 1), now);
+        // Replica 2 is promoted: it registers the group's address under id 0.
+        r.register(as_member("group:1", 0, "b2:2", 2), now);
+        let addrs = &r.route("T").unwrap().broker_datas[0].broker_addrs;
+        assert_eq!(addrs.len(), 1, "{addrs:?}");
+        assert_eq!(addrs[&0], "group:1");
+        // The former master, thawed, re-registers as a slave (its own address) before the new
+        // master's next registration: the group's address stays id 0.
+        r.register(as_member("b1:1", 2, "b1:2", 2), now);
+        let addrs = &r.route("T").unwrap().broker_datas[0].broker_addrs;
+        assert_eq!(
+            addrs.get(&0).map(String::as_str),
+            Some("group:1"),
+            "{addrs:?}"
+        );
+        r.unregister("b1:1");
+        // The former master shutting down cannot unregister the group's address, which the
+        // new master's connection holds now.
+        let mut by_new = as_member("group:1", 0, "b2:2", 3);
+        by_new.connection = Some(7);
+        r.register(by_new, now);
+        r.unregister_by("group:1", 8);
+        assert_eq!(
+            r.route("T").unwrap().broker_datas[0].broker_addrs[&0],
+            "group:1"
+        );
+        r.unregister_by("group:1", 7);
+        assert!(r.route("T").is_none());
     }
 
     #[test]

@@ -47,6 +47,7 @@ pub fn config(dir: &Path) -> AppConfig {
         role: Role::Standalone,
         controller_listen: any,
         controller: conveyor::controller::ControllerConfig::default(),
+        group_endpoints: Vec::new(),
         namesrv_listen: any,
         broker_listen: any,
         replication_listen: any,
