@@ -47,14 +47,12 @@ pub async fn run_controller(
     namespace: Option<String>,
     instance: Option<String>,
     failover: Option<FailoverSettings>,
-    cluster_secret: Option<crate::builders::ClusterSecret>,
     telemetry: Telemetry,
 ) {
     telemetry.set_state(State::Syncing);
     let ns = namespace.as_deref();
     let mut ctx =
         Context::new(client.clone(), instance.clone()).with_metrics(telemetry.metrics.clone());
-    ctx.env.cluster_secret = cluster_secret;
     // The replication controller serves only while this replica leads: it stops (and its
     // detection loops with it) when this function's future is dropped.
     let stop = tokio_util::sync::CancellationToken::new();
@@ -72,7 +70,7 @@ pub async fn run_controller(
         };
         match bound {
             Ok((listener, api)) => {
-                let failover = Failover::new(api, stop.clone());
+                let failover = Failover::new(api, client.clone(), stop.clone());
                 tracing::info!(listen = %settings.listen, advertise = %settings.advertise, "replication controller listening");
                 tokio::spawn(failover.clone().serve(listener));
                 ctx = ctx.with_failover(failover, settings.advertise);
@@ -144,19 +142,10 @@ pub async fn run_leader_elected(
     instance: Option<String>,
     elector: Option<LeaderElector>,
     failover: Option<FailoverSettings>,
-    cluster_secret: Option<crate::builders::ClusterSecret>,
     telemetry: Telemetry,
 ) {
     let Some(elector) = elector else {
-        run_controller(
-            client,
-            namespace,
-            instance,
-            failover,
-            cluster_secret,
-            telemetry,
-        )
-        .await;
+        run_controller(client, namespace, instance, failover, telemetry).await;
         return;
     };
     loop {
@@ -172,7 +161,7 @@ pub async fn run_leader_elected(
             _ = shutdown_signal() => return,
         }
         tokio::select! {
-            _ = run_controller(client.clone(), namespace.clone(), instance.clone(), failover.clone(), cluster_secret.clone(), telemetry.clone()) => {
+            _ = run_controller(client.clone(), namespace.clone(), instance.clone(), failover.clone(), telemetry.clone()) => {
                 elector.release().await;
                 return;
             }

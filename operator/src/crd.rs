@@ -101,10 +101,12 @@ pub struct TlsSpec {
     /// Unset: each server generates a self-signed certificate.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub secret_name: Option<String>,
-    /// Without `secretName`: the operator makes a CA for the cluster (Secret `<name>-ca`, its
-    /// `ca.crt` is what clients trust) and a server certificate signed by it for every
-    /// name-server and broker DNS name (Secret `<name>-tls`), valid 90 days and renewed 30
-    /// days before it ends (servers pick the renewed files up without a restart).
+    /// Without `secretName`: the operator makes a CA for the cluster (Secret `<name>-ca`, a
+    /// year, rotated in two phases: its successor is trusted 60 days before it ends and signs
+    /// from 30 days before) and a server certificate signed by it for every name-server and
+    /// broker DNS name (Secret `<name>-tls`), valid 90 days and renewed 30 days before it ends
+    /// (servers pick the renewed files up without a restart). Clients trust `ca.crt` of the
+    /// Secret `<name>-ca-cert`: every CA not yet ended.
     #[serde(default)]
     pub generate_certificates: bool,
 }
@@ -254,7 +256,8 @@ pub struct FailoverSpec {
     #[serde(default = "default_true")]
     pub enabled: bool,
     /// How long a master may be silent before it is replaced (a master whose connection to
-    /// the controller closes, such as a killed process, is replaced at once).
+    /// the controller closes, such as a killed process, is replaced at once). Brokers
+    /// heartbeat every 500 ms, so the default of 4 s is eight missed heartbeats.
     #[serde(default = "default_detection_seconds")]
     #[schemars(range(min = 1, max = 300))]
     pub detection_seconds: u32,
@@ -270,7 +273,7 @@ fn default_true() -> bool {
 }
 
 fn default_detection_seconds() -> u32 {
-    10
+    4
 }
 
 impl Default for FailoverSpec {

@@ -1,14 +1,20 @@
 //! Leader election with a `coordination.k8s.io/v1` Lease, so several operator replicas are safe:
 //! only the holder reconciles. Updates go through `replace` with the read `resourceVersion`, so
 //! two candidates racing for an expired lease cannot both win (the loser gets 409 Conflict).
+//! As client-go's leader election: another holder's lease expires a lease duration after this
+//! replica last saw it change, by this replica's own monotonic clock (the holder's `renewTime`
+//! is never compared with the local wall clock, which may differ), and the holder steps down
+//! when it could not renew within the renew deadline, before anyone else may take over.
 
+use std::sync::Mutex;
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
-use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, PostParams};
 use kube::Client;
+use tokio::time::Instant;
 
 /// Lease settings.
 #[derive(Clone, Debug)]
@@ -34,16 +40,35 @@ pub enum Attempt {
     Following(String),
 }
 
-/// Whether `lease` may be taken by `identity` at `now`.
-pub fn can_take(lease: &LeaseSpec, identity: &str, now: Timestamp) -> bool {
+/// Whether `lease` may be taken by `identity`, its record having stayed the same for
+/// `unchanged_for` as this replica saw it: a lease without holder or of `identity` at once,
+/// another holder's once its record has not changed for its whole duration.
+pub fn can_take(lease: &LeaseSpec, identity: &str, unchanged_for: Duration) -> bool {
     let holder = lease.holder_identity.as_deref().unwrap_or("");
     if holder.is_empty() || holder == identity {
         return true;
     }
-    let duration = SignedDuration::from_secs(lease.lease_duration_seconds.unwrap_or(15) as i64);
-    match lease.renew_time.as_ref().or(lease.acquire_time.as_ref()) {
-        Some(MicroTime(renewed)) => *renewed + duration < now,
-        None => true,
+    let duration = Duration::from_secs(lease.lease_duration_seconds.unwrap_or(15).max(1) as u64);
+    unchanged_for > duration
+}
+
+/// How long the lease's record has stayed the same, by this replica's clock.
+#[derive(Debug, Default)]
+pub struct LeaseObserver {
+    /// The record last seen, and when it was first seen as it is.
+    seen: Option<(LeaseSpec, Instant)>,
+}
+
+impl LeaseObserver {
+    /// Records `spec` as seen at `now`; returns how long it has been the same.
+    pub fn observe(&mut self, spec: &LeaseSpec, now: Instant) -> Duration {
+        match &self.seen {
+            Some((seen, since)) if seen == spec => now.saturating_duration_since(*since),
+            _ => {
+                self.seen = Some((spec.clone(), now));
+                Duration::ZERO
+            }
+        }
     }
 }
 
@@ -51,6 +76,8 @@ pub fn can_take(lease: &LeaseSpec, identity: &str, now: Timestamp) -> bool {
 pub struct LeaderElector {
     api: Api<Lease>,
     config: LeaseConfig,
+    /// What this replica saw of the lease and since when.
+    observer: Mutex<LeaseObserver>,
 }
 
 impl LeaderElector {
@@ -59,7 +86,18 @@ impl LeaderElector {
         Self {
             api: Api::namespaced(client, &config.namespace),
             config,
+            observer: Mutex::new(LeaseObserver::default()),
         }
+    }
+
+    /// How long a leader keeps trying to renew before it steps down: a retry period short of
+    /// the lease duration (client-go's RenewDeadline), so it stops leading before another
+    /// replica may take the lease.
+    pub fn renew_deadline(&self) -> Duration {
+        self.config
+            .lease_duration
+            .saturating_sub(self.config.retry_period)
+            .max(Duration::from_secs(1))
     }
 
     /// The Lease settings.
@@ -99,7 +137,12 @@ impl LeaderElector {
             }
             Some(mut lease) => {
                 let spec = lease.spec.clone().unwrap_or_default();
-                if !can_take(&spec, &c.identity, now) {
+                let unchanged_for = self
+                    .observer
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .observe(&spec, Instant::now());
+                if !can_take(&spec, &c.identity, unchanged_for) {
                     return Ok(Attempt::Following(spec.holder_identity.unwrap_or_default()));
                 }
                 let ours = spec.holder_identity.as_deref() == Some(c.identity.as_str());
@@ -152,26 +195,27 @@ impl LeaderElector {
         }
     }
 
-    /// Renews until the lease is lost (another holder, or no successful renewal for a whole
-    /// lease duration); returns then.
+    /// Renews until the lease is lost (another holder, or no successful renewal within the
+    /// renew deadline, however long the API takes to answer); returns then.
     pub async fn hold(&self) {
-        let mut last_ok = tokio::time::Instant::now();
+        let deadline = self.renew_deadline();
+        let mut last_ok = Instant::now();
         loop {
             tokio::time::sleep(self.config.retry_period).await;
-            match self.try_acquire_or_renew().await {
-                Ok(Attempt::Leading) => last_ok = tokio::time::Instant::now(),
-                Ok(Attempt::Following(holder)) => {
+            let left = deadline.saturating_sub(last_ok.elapsed());
+            match tokio::time::timeout(left, self.try_acquire_or_renew()).await {
+                Ok(Ok(Attempt::Leading)) => last_ok = Instant::now(),
+                Ok(Ok(Attempt::Following(holder))) => {
                     tracing::warn!(%holder, "lost leadership");
                     return;
                 }
-                Err(e) => {
-                    tracing::warn!(error = %e, "cannot renew the lease");
-                    // Stop before the lease could expire and another replica take over.
-                    if last_ok.elapsed() + self.config.retry_period >= self.config.lease_duration {
-                        tracing::warn!("lease not renewed in time; stepping down");
-                        return;
-                    }
-                }
+                Ok(Err(e)) => tracing::warn!(error = %e, "cannot renew the lease"),
+                Err(_) => tracing::warn!("the lease renewal did not answer in time"),
+            }
+            // Stop before the lease could expire and another replica take over.
+            if last_ok.elapsed() + self.config.retry_period >= deadline {
+                tracing::warn!("lease not renewed within the renew deadline; stepping down");
+                return;
             }
         }
     }
@@ -202,22 +246,50 @@ mod tests {
             holder_identity: holder.map(String::from),
             lease_duration_seconds: Some(15),
             renew_time: Some(MicroTime(
-                Timestamp::now() - SignedDuration::from_secs(renewed_secs_ago),
+                Timestamp::now() - k8s_openapi::jiff::SignedDuration::from_secs(renewed_secs_ago),
             )),
             ..Default::default()
         }
     }
 
     #[test]
-    fn a_valid_lease_of_another_holder_cannot_be_taken() {
-        assert!(!can_take(&lease(Some("b"), 3), "a", Timestamp::now()));
+    fn another_holders_lease_is_taken_only_once_unchanged_for_its_duration() {
+        let secs = Duration::from_secs;
+        assert!(!can_take(&lease(Some("b"), 3), "a", secs(3)));
+        assert!(!can_take(&lease(Some("b"), 3), "a", secs(15)));
+        assert!(can_take(&lease(Some("b"), 3), "a", secs(16)));
+        // The holder's renewTime says nothing by itself: its clock may be ahead or behind.
+        assert!(!can_take(&lease(Some("b"), 3600), "a", secs(0)));
     }
 
     #[test]
-    fn an_expired_released_or_own_lease_can_be_taken() {
-        assert!(can_take(&lease(Some("b"), 30), "a", Timestamp::now()));
-        assert!(can_take(&lease(None, 1), "a", Timestamp::now()));
-        assert!(can_take(&lease(Some(""), 1), "a", Timestamp::now()));
-        assert!(can_take(&lease(Some("a"), 1), "a", Timestamp::now()));
+    fn a_released_or_own_lease_can_be_taken_at_once() {
+        let now = Duration::ZERO;
+        assert!(can_take(&lease(None, 1), "a", now));
+        assert!(can_take(&lease(Some(""), 1), "a", now));
+        assert!(can_take(&lease(Some("a"), 1), "a", now));
+    }
+
+    #[test]
+    fn the_observer_counts_from_the_last_change_it_saw() {
+        let mut o = LeaseObserver::default();
+        let t0 = Instant::now();
+        let first = lease(Some("b"), 0);
+        assert_eq!(o.observe(&first, t0), Duration::ZERO);
+        assert_eq!(
+            o.observe(&first, t0 + Duration::from_secs(10)),
+            Duration::from_secs(10)
+        );
+        // Renewed: the count starts again.
+        let mut renewed = first.clone();
+        renewed.renew_time = Some(MicroTime(Timestamp::now()));
+        assert_eq!(
+            o.observe(&renewed, t0 + Duration::from_secs(11)),
+            Duration::ZERO
+        );
+        assert_eq!(
+            o.observe(&renewed, t0 + Duration::from_secs(27)),
+            Duration::from_secs(16)
+        );
     }
 }

@@ -143,6 +143,7 @@ async fn main() -> anyhow::Result<()> {
                 cluster_secret: Some(conveyor_operator::builders::ClusterSecret(
                     "placeholder-rendered-offline".into(),
                 )),
+                ..Default::default()
             };
             let plan = conveyor_operator::reconcile::plan::plan(&mqc, &Default::default(), &env);
             for stall in &plan.stalls {
@@ -205,33 +206,6 @@ async fn main() -> anyhow::Result<()> {
                     }
                 },
             };
-            // The secret the clusters' processes and the operator sign their requests to each
-            // other with under ACL: the operator's own requests to brokers and name servers
-            // are signed with it from here on.
-            let secret_namespace = args
-                .lease_namespace
-                .clone()
-                .unwrap_or_else(|| "default".into());
-            let cluster_secret = match conveyor_operator::cluster_secret::ensure(
-                &client,
-                &secret_namespace,
-            )
-            .await
-            {
-                Ok(secret) => {
-                    conveyor_remoting::acl::set_client_credentials(Some(
-                        conveyor_remoting::acl::Credentials::new(
-                            conveyor::acl::CLUSTER_ACCESS_KEY,
-                            secret.0.clone(),
-                        ),
-                    ));
-                    Some(secret)
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, "no cluster secret: clusters cannot turn ACL on");
-                    None
-                }
-            };
             tracing::info!(%identity, namespace = ?args.namespace, "conveyor-operator starting");
             conveyor_operator::controller::run_leader_elected(
                 client,
@@ -239,7 +213,6 @@ async fn main() -> anyhow::Result<()> {
                 Some(identity),
                 elector,
                 failover,
-                cluster_secret,
                 telemetry,
             )
             .await;

@@ -50,6 +50,21 @@ pub async fn reconcile(mqc: Arc<MessageQueueCluster>, ctx: Arc<Context>) -> Resu
     result
 }
 
+/// The operator's settings for `mqc`: its own, with the cluster's secret (made if need be)
+/// when the cluster has ACL on. Without it the plan stalls (the pods would wait for the
+/// Secret).
+async fn cluster_env(ctx: &Context, mqc: &MessageQueueCluster) -> builders::OperatorEnv {
+    let mut env = ctx.env.clone();
+    env.cluster_secret = None;
+    if mqc.spec.security.acl.enabled {
+        match crate::cluster_secret::ensure(&ctx.client, mqc).await {
+            Ok(secret) => env.cluster_secret = Some(secret),
+            Err(e) => tracing::warn!(cluster = ?mqc.metadata.name, error = %e, "no cluster secret"),
+        }
+    }
+    env
+}
+
 /// Gate, then observe → plan → apply → status → write status → events.
 async fn reconcile_inner(mqc: &MessageQueueCluster, ctx: &Context) -> Result<Action, Error> {
     let gate = plan::gate(mqc);
@@ -70,15 +85,22 @@ async fn reconcile_inner(mqc: &MessageQueueCluster, ctx: &Context) -> Result<Act
         return Ok(outcome.action);
     }
 
+    let mut env = cluster_env(ctx, mqc).await;
+    if env.controller_for(mqc).is_some() {
+        // The groups' stable addresses before the configuration that names them.
+        env.group_addresses = apply::master_services(&ctx.client, &ns, mqc).await?;
+    }
+    let signer = env.cluster_secret.as_ref().map(|s| s.credentials());
+    let signer = signer.as_ref();
     // The controller first: brokers rendered for failover call it as soon as they start.
     let controller = match &ctx.failover {
-        Some(f) => f.ensure(mqc, &ctx.env)?,
+        Some(f) => f.ensure(mqc, &env)?,
         None => None,
     };
     // The operator's own certificates before the pods that mount them.
-    crate::certificates::ensure(&ctx.client, mqc).await?;
+    let certificates_due = crate::certificates::ensure(&ctx.client, mqc).await?;
     let existing = observe::existing_groups(&ctx.client, &ns, mqc).await?;
-    let plan = plan::plan(mqc, &existing, &ctx.env);
+    let plan = plan::plan(mqc, &existing, &env);
     let mut observed = apply::apply_plan(&ctx.client, &ns, &plan, &existing).await?;
     let draining = plan
         .groups
@@ -96,7 +118,7 @@ async fn reconcile_inner(mqc: &MessageQueueCluster, ctx: &Context) -> Result<Act
     if draining {
         drain_groups(
             ctx,
-            &ns,
+            signer,
             mqc,
             &plan,
             &pods,
@@ -109,7 +131,11 @@ async fn reconcile_inner(mqc: &MessageQueueCluster, ctx: &Context) -> Result<Act
         // A scale-in taken back: the group's pods take writes again.
         for pod in pods.get(&index).into_iter().flatten() {
             if let Some(ip) = &pod.ip {
-                if let Err(e) = ctx.brokers.set_permission(&brokers::address(ip), 6).await {
+                if let Err(e) = ctx
+                    .brokers
+                    .set_permission(&brokers::address(ip), 6, signer)
+                    .await
+                {
                     tracing::warn!(pod = pod.name, error = %e, "cannot make the pod writable again");
                 }
             }
@@ -137,7 +163,26 @@ async fn reconcile_inner(mqc: &MessageQueueCluster, ctx: &Context) -> Result<Act
     let outcome = status::status(mqc, &plan, &observed, decided.as_ref(), Timestamp::now());
     apply::patch_status(ctx, &ns, &name, &outcome.status).await?;
     apply::publish(ctx, mqc, &outcome.notices).await;
-    Ok(outcome.action)
+    Ok(sooner(outcome.action, certificates_due))
+}
+
+/// `action`, or a requeue after `due` when that comes first: a step of the certificates'
+/// rotation (a CA switch above all) falls due at a set time, and Secrets are not watched, so
+/// the idle requeue alone could hold a forced renewal's switch back by minutes.
+fn sooner(action: Action, due: Option<std::time::Duration>) -> Action {
+    let Some(due) = due else {
+        return action;
+    };
+    // `Action` does not tell its delay: compare with the ones the status step gives.
+    let later = action == Action::await_change()
+        || [PROGRESS_REQUEUE, IDLE_REQUEUE]
+            .into_iter()
+            .any(|d| due < d && action == Action::requeue(d));
+    if later {
+        Action::requeue(due)
+    } else {
+        action
+    }
 }
 
 /// One step of the drain of every group past the spec (see `drain`): its pods made
@@ -145,13 +190,14 @@ async fn reconcile_inner(mqc: &MessageQueueCluster, ctx: &Context) -> Result<Act
 /// drain allows it. What each group does is left in `observed` for the status.
 async fn drain_groups(
     ctx: &Context,
-    ns: &str,
+    signer: Option<&conveyor_remoting::acl::Credentials>,
     mqc: &MessageQueueCluster,
     plan: &plan::Plan,
     pods: &observe::GroupPods,
     controller: Option<&conveyor::controller::Controller>,
     observed: &mut status::Observed,
 ) -> Result<(), Error> {
+    let ns = &builders::namespace(mqc);
     let decided = controller.map(|c| c.state());
     let now = Timestamp::now();
     for g in plan
@@ -168,7 +214,7 @@ async fn drain_groups(
         let mut read_only = 0;
         for pod in &group_pods {
             let addr = brokers::address(pod.ip.as_deref().unwrap_or_default());
-            match ctx.brokers.set_permission(&addr, 4).await {
+            match ctx.brokers.set_permission(&addr, 4, signer).await {
                 Ok(()) => read_only += 1,
                 Err(e) => {
                     tracing::info!(pod = pod.name, error = %e, "drain: pod not read-only yet")
@@ -192,8 +238,8 @@ async fn drain_groups(
                     }
                 };
                 (
-                    known("backlog", ctx.brokers.backlog(&addr).await),
-                    known("parked messages", ctx.brokers.parked(&addr).await),
+                    known("backlog", ctx.brokers.backlog(&addr, signer).await),
+                    known("parked messages", ctx.brokers.parked(&addr, signer).await),
                 )
             }
             None => (None, None),
@@ -234,3 +280,40 @@ pub fn error_policy(mqc: Arc<MessageQueueCluster>, error: &Error, ctx: Arc<Conte
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod requeue_tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn a_certificate_step_due_before_the_requeue_brings_it_forward() {
+        let switch = Duration::from_secs(121);
+        assert_eq!(
+            sooner(Action::requeue(IDLE_REQUEUE), Some(switch)),
+            Action::requeue(switch)
+        );
+        assert_eq!(
+            sooner(Action::requeue(PROGRESS_REQUEUE), Some(switch)),
+            Action::requeue(PROGRESS_REQUEUE)
+        );
+        assert_eq!(
+            sooner(
+                Action::requeue(PROGRESS_REQUEUE),
+                Some(Duration::from_secs(3))
+            ),
+            Action::requeue(Duration::from_secs(3))
+        );
+        assert_eq!(
+            sooner(
+                Action::requeue(IDLE_REQUEUE),
+                Some(Duration::from_secs(40 * 86_400))
+            ),
+            Action::requeue(IDLE_REQUEUE)
+        );
+        assert_eq!(
+            sooner(Action::requeue(IDLE_REQUEUE), None),
+            Action::requeue(IDLE_REQUEUE)
+        );
+    }
+}

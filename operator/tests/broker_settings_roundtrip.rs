@@ -212,6 +212,7 @@ fn expected(mqc: &MessageQueueCluster, group: i32, ordinal: i32, pod_ip: &str) -
         role: Role::Broker,
         controller_listen: "0.0.0.0:9878".parse().unwrap(),
         controller: conveyor::controller::ControllerConfig::default(),
+        group_endpoints: Vec::new(),
         namesrv_listen: "0.0.0.0:9876".parse().unwrap(),
         broker_listen: "0.0.0.0:10911".parse().unwrap(),
         replication_listen: "0.0.0.0:10912".parse().unwrap(),

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Builds what a real one-node cluster needs beyond the API server (issue 11): kubelet and
-# kube-scheduler from the same k8s.io/kubernetes module graph as tests/k8s/build-apiserver.sh
-# (run first: it makes the wrapper module and the staging replaces), and CoreDNS from the Go
-# module proxy. Cached in $CONVEYOR_CACHE/k8s/<version>/bin; prints that directory on stdout.
+# Builds what a real one-node cluster needs beyond the API server (issue 11): kubelet,
+# kube-scheduler and kube-proxy (the ClusterIP data path, nftables mode) from the same
+# k8s.io/kubernetes module graph as tests/k8s/build-apiserver.sh (run first: it makes the
+# wrapper module and the staging replaces), and CoreDNS from the Go module proxy. Cached in
+# $CONVEYOR_CACHE/k8s/<version>/bin; prints that directory on stdout.
 # Recipe: ../shared/docs/real-pods.md §3-4.
 set -euo pipefail
 K8S="${CONVEYOR_K8S_VERSION:-1.35.4}"
@@ -12,7 +13,7 @@ HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 W="$CACHE/k8s/$K8S"
 BIN="$W/bin"
 WITH_CONTROLLER_MANAGER=1 "$HERE/build-apiserver.sh" >/dev/null
-if [ -x "$BIN/kubelet" ] && [ -x "$BIN/kube-scheduler" ] && [ -x "$BIN/coredns" ]; then
+if [ -x "$BIN/kubelet" ] && [ -x "$BIN/kube-scheduler" ] && [ -x "$BIN/kube-proxy" ] && [ -x "$BIN/coredns" ]; then
   echo "$BIN"; exit 0
 fi
 export GOMODCACHE="${GOMODCACHE:-$CACHE/go/mod}"
@@ -20,7 +21,7 @@ export GOFLAGS="${GOFLAGS:--buildvcs=false}"
 MINOR=$(echo "$K8S" | cut -d. -f2)
 LDF="-s -w -X k8s.io/component-base/version.gitVersion=v$K8S -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$MINOR"
 cd "$W/src"
-for cmd in kube-scheduler kubelet; do
+for cmd in kube-scheduler kubelet kube-proxy; do
   [ -x "$BIN/$cmd" ] && continue
   start=$(date +%s)
   go get "k8s.io/kubernetes/cmd/$cmd@v$K8S" >&2

@@ -61,6 +61,22 @@ if [ -x "$VPY" ] && "$VPY" -c 'import jsonschema, yaml' 2>/dev/null; then
   check "examples/ valid against the CRD schema (strict)" quiet "$VPY" tests/k8s/validate_examples.py
 else skip "python jsonschema/yaml missing: offline example validation skipped"; fi
 if have hadolint; then check "hadolint Dockerfile" hadolint Dockerfile; else skip "hadolint missing"; fi
+# Argo CD health checks (deploy/argocd/): every state the operator writes, with Lua 5.1, and the
+# kustomize Component merging them into an argocd-cm.
+check "Argo CD health checks give the expected health for each state (tests/k8s/argocd-health.sh)" \
+  quiet bash tests/k8s/argocd-health.sh
+# shellcheck source=tests/k8s/argocd-health.sh
+source tests/k8s/argocd-health.sh
+argocd_component() {
+  local dir; dir=$(mktemp -d)
+  cp -r deploy/argocd "$dir/component"
+  printf 'apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: argocd-cm\n  namespace: argocd\ndata:\n  url: https://argocd.example\n' > "$dir/argocd-cm.yaml"
+  printf 'resources: [argocd-cm.yaml]\ncomponents: [component]\n' > "$dir/kustomization.yaml"
+  local out; out=$(kubectl kustomize "$dir"); rm -rf "$dir"
+  grep -q 'resource.customizations.health.conveyor.dev_MessageQueueCluster: |' <<<"$out" &&
+    grep -q 'url: https://argocd.example' <<<"$out" && grep -q 'name: argocd-cm$' <<<"$out"
+}
+check "the Argo CD Component merges the four health checks into argocd-cm (kubectl kustomize)" argocd_component
 
 echo "== real API server"
 if ! command -v go >/dev/null && [ ! -x "$CONVEYOR_CACHE/k8s/${CONVEYOR_K8S_VERSION:-1.35.4}/bin/kube-apiserver" ]; then
@@ -142,8 +158,15 @@ for obj in secret/demo-ca secret/demo-tls secret/demo-cluster-secret secret/demo
            networkpolicy/demo-broker-0-replication networkpolicy/demo-broker-1-replication; do
   wait_for 60 "$obj exists with a controller owner reference" owned_ok "${obj%/*}" "${obj#*/}"
 done
-check "the operator made its cluster secret in its own namespace, and the cluster has a copy" bash -c \
-  "a=\$(kubectl get secret conveyor-cluster-secret -n $OPNS -o jsonpath='{.data.secret}'); [ -n \"\$a\" ] && [ \"\$a\" = \"\$(kubectl get secret demo-cluster-secret -o jsonpath='{.data.secret}')\" ]"
+cluster_secret() { K get secret "$1-cluster-secret" -o jsonpath='{.data.secret}' 2>/dev/null | base64 -d; }
+check "the cluster's own secret: 48 characters, and none shared from the operator's namespace" bash -c \
+  "[ \$(kubectl get secret demo-cluster-secret -o jsonpath='{.data.secret}' | base64 -d | wc -c) -eq 48 ] &&
+   ! kubectl get secret conveyor-cluster-secret -n $OPNS >/dev/null 2>&1"
+# A second cluster under ACL gets a secret of its own: its processes cannot sign as demo's.
+sed "s/^  name: demo$/  name: other/" examples/messagequeuecluster.yaml | kubectl apply -f - >/dev/null
+wait_for 60 "a second cluster gets its own cluster secret" bash -c "[ -n \"\$(kubectl get secret other-cluster-secret -o jsonpath='{.data.secret}' 2>/dev/null)\" ]"
+check "the two clusters' secrets differ" test "$(cluster_secret other)" != "$(cluster_secret demo)"
+kubectl delete mqc other --wait=false >/dev/null
 tls_chain() {
   local dir; dir=$(mktemp -d)
   K get secret demo-tls -o jsonpath='{.data.tls\.crt}' | base64 -d > "$dir/tls.crt"
@@ -153,6 +176,48 @@ tls_chain() {
     [ -n "$(K get secret demo-tls -o jsonpath='{.metadata.annotations.conveyor\.dev/not-after}')" ]
 }
 check "the generated server certificate verifies under the cluster's CA and names every broker group" tls_chain
+# The cluster CA's two-phase rotation, forced (conveyor.dev/force-renew): the new CA is
+# published in every trust bundle first, signs 120 s later, and the old one stays trusted.
+CA_DIR=$(mktemp -d -p "$D")
+secret_file() { K get secret "$1" -o jsonpath="{.data.${2//./\\.}}" | base64 -d > "$3"; }
+certs_in() { grep -c 'BEGIN CERTIFICATE' "$1"; }
+public_bundle() { # the public Secret applications mount: ca.crt alone, never a key
+  [ "$(K get secret demo-ca-cert -o go-template='{{range $k, $v := .data}}{{$k}} {{end}}')" = "ca.crt " ] &&
+    secret_file demo-ca-cert ca.crt "$CA_DIR/bundle.crt" && ! grep -q 'PRIVATE KEY' "$CA_DIR/bundle.crt"
+}
+wait_for 60 "secret/demo-ca-cert exists with a controller owner reference" owned_ok secret demo-ca-cert
+only_the_ca() { public_bundle && secret_file demo-ca ca.crt "$CA_DIR/ca.crt" && cmp -s "$CA_DIR/ca.crt" "$CA_DIR/bundle.crt"; }
+check "demo-ca-cert holds only ca.crt, the cluster's CA (the bundle), no key" only_the_ca
+secret_file demo-ca ca.crt "$CA_DIR/old.crt"
+secret_file demo-tls tls.crt "$CA_DIR/tls-old.crt"
+K annotate secret demo-ca conveyor.dev/force-renew=true >/dev/null
+published() { public_bundle && [ "$(certs_in "$CA_DIR/bundle.crt")" = 2 ]; }
+wait_for 60 "force-renew: demo-ca-cert's bundle holds two CAs (phase 1)" published
+phase_1() {
+  secret_file demo-tls tls.crt "$CA_DIR/tls.crt" && secret_file demo-tls ca.crt "$CA_DIR/tls-bundle.crt" &&
+    secret_file demo-ca next.crt "$CA_DIR/next.crt" && cmp -s "$CA_DIR/tls-bundle.crt" "$CA_DIR/bundle.crt" &&
+    openssl verify -CAfile "$CA_DIR/old.crt" "$CA_DIR/tls.crt" >/dev/null &&
+    openssl verify -CAfile "$CA_DIR/bundle.crt" "$CA_DIR/old.crt" >/dev/null &&
+    openssl verify -CAfile "$CA_DIR/bundle.crt" "$CA_DIR/next.crt" >/dev/null &&
+    [ -z "$(K get secret demo-ca -o jsonpath='{.metadata.annotations.conveyor\.dev/force-renew}')" ]
+}
+check "phase 1: the server certificate still verifies under the old CA, demo-tls has the same bundle (old + next), force-renew removed" phase_1
+switched() {
+  secret_file demo-ca ca.crt "$CA_DIR/new.crt" && ! cmp -s "$CA_DIR/old.crt" "$CA_DIR/new.crt" &&
+    secret_file demo-tls tls.crt "$CA_DIR/tls.crt" && openssl verify -CAfile "$CA_DIR/new.crt" "$CA_DIR/tls.crt"
+}
+wait_for 240 "phase 2 (the switch, 120 s after): the server certificate verifies under the new CA" switched
+phase_2() {
+  public_bundle && [ "$(certs_in "$CA_DIR/bundle.crt")" = 2 ] &&
+    cmp -s "$CA_DIR/new.crt" "$CA_DIR/next.crt" &&
+    openssl verify -CAfile "$CA_DIR/bundle.crt" "$CA_DIR/tls.crt" >/dev/null &&
+    openssl verify -CAfile "$CA_DIR/bundle.crt" "$CA_DIR/old.crt" >/dev/null &&
+    openssl verify -CAfile "$CA_DIR/bundle.crt" "$CA_DIR/tls-old.crt" >/dev/null &&
+    ! openssl verify -CAfile "$CA_DIR/old.crt" "$CA_DIR/tls.crt" >/dev/null 2>&1 &&
+    secret_file demo-tls ca.crt "$CA_DIR/tls-bundle.crt" && cmp -s "$CA_DIR/tls-bundle.crt" "$CA_DIR/bundle.crt" &&
+    [ -z "$(K get secret demo-ca -o jsonpath='{.metadata.annotations.conveyor\.dev/force-renew}')" ]
+}
+check "phase 2: the server certificate verifies under the bundle, which still trusts the old CA (and what it signed); force-renew gone" phase_2
 acl_flags() { # statefulset
   local t; t=$(K get sts "$1" -o jsonpath='{.spec.template.spec.containers[0].args}{.spec.template.spec.volumes}')
   grep -q -- '--acl-users-file' <<<"$t" && grep -q 'demo-acl-users' <<<"$t" && grep -q 'demo-cluster-secret' <<<"$t" &&
@@ -187,6 +252,8 @@ check "the users file carries its secret key and permissions" bash -c \
   "f=\$(kubectl get secret demo-acl-users -o jsonpath='{.data.plain_acl\.yml}' | base64 -d); grep -q \"secretKey: \$(kubectl get secret orders-app -o jsonpath='{.data.secretKey}' | base64 -d)\" <<<\"\$f\" && grep -q 'Orders=PUB|SUB' <<<\"\$f\" && grep -q 'order-workers=SUB' <<<\"\$f\""
 mqu_ready() { [ "$(K get mqu orders-app -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}/{.status.secretName}')" = "True/orders-app" ]; }
 wait_for 60 "MessageQueueUser Ready=True, status.secretName" mqu_ready
+check "Argo CD health of the live MessageQueueUser: Healthy" \
+  test "$(argocd_health messagequeueuser "$(K get mqu orders-app -o json)" | cut -f1)" = Healthy
 KEY1=$(user_key)
 K annotate mqu orders-app conveyor.dev/touched=1 --overwrite >/dev/null
 K patch mqu orders-app --type merge -p '{"spec":{"groups":[{"name":"order-workers","permission":"Sub"},{"name":"billing","permission":"Sub"}]}}' >/dev/null
@@ -242,6 +309,8 @@ mark_ready() {
 mark_ready
 is_ready() { [ "$(cond Ready)/$(cond Reconciling)/$(cond Stalled)" = "True/False/False" ]; }
 wait_for 60 "Ready=True, Reconciling=False, Stalled=False" is_ready
+check "Argo CD health of the live MessageQueueCluster: Healthy" \
+  test "$(argocd_health messagequeuecluster "$(K get mqc demo -o json)" | cut -f1)" = Healthy
 check "status: group pods and ready count" test \
   "$(K get mqc demo -o jsonpath='{.status.groups[1].pods[1]}/{.status.groups[1].readyReplicas}')" = "demo-broker-1-1/2"
 check "no broker registered with the controller yet: no master, not Degraded" test \
@@ -265,9 +334,17 @@ if [ -x "$CONVEYOR_BIN" ]; then
   NP=$(free_port); BP=$(free_port); HP=$(free_port)
   "$CONVEYOR_BIN" namesrv --listen "127.0.0.1:$NP" --http-listen off > "$D/namesrv.log" 2>&1 &
   PIDS+=($!)
+  # The cluster has ACL on: the broker signs with the cluster's secret, as its pods do (the
+  # operator's controller refuses anything else for this cluster).
+  cluster_secret demo > "$D/cluster-secret"
+  K get secret demo-acl-users -o jsonpath='{.data.plain_acl\.yml}' | base64 -d > "$D/plain_acl.yml"
+  # It advertises the host's address (an EndpointSlice refuses loopback addresses).
+  ADV_IP=$(ip -4 route get 1.1.1.1 2>/dev/null | awk '{for (i = 1; i < NF; i++) if ($i == "src") print $(i + 1); exit}')
+  ADV_IP=${ADV_IP:-$(hostname -I | awk '{print $1}')}
   # Flags override the file's listen/data/address settings (precedence: flags, env, file).
   "$CONVEYOR_BIN" broker --config "$D/broker.toml" --data-dir "$D/broker-data" --listen "127.0.0.1:$BP" \
-    --http-listen "127.0.0.1:$HP" --grpc-listen 127.0.0.1:0 --advertised-addr "127.0.0.1:$BP" --namesrv-addr "127.0.0.1:$NP" > "$D/broker.log" 2>&1 &
+    --http-listen "127.0.0.1:$HP" --grpc-listen 127.0.0.1:0 --advertised-addr "$ADV_IP:$BP" --namesrv-addr "127.0.0.1:$NP" \
+    --acl-enabled true --acl-users-file "$D/plain_acl.yml" --acl-cluster-secret-file "$D/cluster-secret" > "$D/broker.log" 2>&1 &
   PIDS+=($!)
   # The rendered file names the operator's controller: the broker registers there, in the
   # cluster's scope, and is its group's first replica, so the controller makes it master.
@@ -276,6 +353,15 @@ if [ -x "$CONVEYOR_BIN" ]; then
   wait_for 60 "status: the controller made the registered broker master of epoch 1" master_is_1
   saved_state() { K get cm demo-controller -o jsonpath='{.data.state\.json}' | grep -q '"masterEpoch":1'; }
   check "controller state saved in ConfigMap demo-controller" saved_state
+  # Its group's master Service: a cluster IP the brokers register as the group's address,
+  # whose EndpointSlice the operator points at the master it elected.
+  group_address() {
+    local ip; ip=$(K get svc demo-broker-0-master -o jsonpath='{.spec.clusterIP}')
+    [ -n "$ip" ] && grep -q "group-address = \"$ip:10911\"" "$D/broker.toml"
+  }
+  check "the group's master Service has a cluster IP, which the rendered config names as the group's address" group_address
+  slice_points_at_master() { [ "$(K get endpointslice demo-broker-0-master -o jsonpath='{.endpoints[0].addresses[0]}')" = "$ADV_IP" ]; }
+  wait_for 30 "the master Service's EndpointSlice leads to the elected master ($ADV_IP)" slice_points_at_master
   check "controller state ConfigMap owned by the cluster" owned_ok configmap demo-controller
 else
   skip "no $CONVEYOR_BIN although cargo build -p conveyor ran: rendered-config check skipped"
@@ -335,6 +421,8 @@ echo "-- pause annotation"
 K annotate mqc demo conveyor.dev/pause-reconciliation=true >/dev/null
 paused() { [ "$(cond Paused)" = True ]; }
 wait_for 30 "Paused=True" paused
+check "Argo CD health of the paused MessageQueueCluster: Suspended" \
+  test "$(argocd_health messagequeuecluster "$(K get mqc demo -o json)" | cut -f1)" = Suspended
 K patch mqc demo --type merge -p '{"spec":{"broker":{"flushMode":"Async"}}}' >/dev/null
 sleep 4
 check "paused: ConfigMap unchanged" cm_has sync

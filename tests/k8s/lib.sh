@@ -57,13 +57,14 @@ apiserver_credentials() {
 }
 
 # start_apiserver DIR KBIN PORT ADVERTISE [FLAGS...]: kube-apiserver on 127.0.0.1:PORT over the
-# etcd of start_etcd, waits (120 s at most) until /readyz answers; sets APISERVER_PID.
+# etcd of start_etcd, waits (120 s at most) until /readyz answers; sets APISERVER_PID. ClusterIPs
+# come from SERVICE_CIDR (default 10.0.0.0/24; nothing routes them unless a tier runs kube-proxy).
 start_apiserver() {
   local d=$1 kbin=$2 port=$3 advertise=$4
   shift 4
   "$kbin/kube-apiserver" --advertise-address="$advertise" --bind-address=127.0.0.1 --secure-port="$port" \
     --etcd-servers="http://127.0.0.1:$ETCD_PORT" --cert-dir="$d/certs" --token-auth-file="$d/tokens.csv" \
-    --service-cluster-ip-range=10.0.0.0/24 --allow-privileged=true \
+    --service-cluster-ip-range="${SERVICE_CIDR:-10.0.0.0/24}" --allow-privileged=true \
     --service-account-issuer="https://127.0.0.1:$port" --service-account-key-file="$d/sa.pub" \
     --service-account-signing-key-file="$d/sa.key" --disable-admission-plugins=ServiceAccount "$@" \
     >> "$d/apiserver.log" 2>&1 &

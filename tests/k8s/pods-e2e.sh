@@ -2,19 +2,25 @@
 # The real-pod tier of the operator tests (issue 11): a one-node Kubernetes cluster on this
 # machine, every part real: etcd, kube-apiserver, kube-controller-manager with its default
 # controllers (StatefulSets, PDBs, EndpointSlices, PV binding, garbage collection),
-# kube-scheduler, a kubelet on containerd + runc with a bridge CNI, and CoreDNS for the
-# cluster's names. The Conveyor image built by tests/k8s/image.sh is imported into containerd;
-# broker claims bind to static hostPath PVs. The operator runs on the host against the API
-# server, as in tests/k8s/e2e.sh.
+# kube-scheduler, a kubelet on containerd + runc with a bridge CNI, kube-proxy (nftables mode)
+# for ClusterIP Services, and CoreDNS for the cluster's names. The Conveyor image built by
+# tests/k8s/image.sh is imported into containerd; broker claims bind to static hostPath PVs. The
+# operator runs on the host against the API server, as in tests/k8s/e2e.sh.
 #
 # Checks: a MessageQueueCluster of 1 name server and 1 group x 2 replicas gets every pod
-# Running and Ready; a Java producer on the host (pod IPs are reachable on the test bridge)
-# sends and a Java consumer receives; a broker container killed with SIGKILL is restarted by
-# the kubelet and is Ready again.
+# Running and Ready; a selectorless ClusterIP Service with a hand-written EndpointSlice answers
+# from the host and from a pod, and a new connection follows the EndpointSlice to another pod
+# (how long kube-proxy took is printed); a Java producer on the host (pod IPs are reachable on
+# the test bridge) sends and a Java consumer receives; a broker container killed with SIGKILL is
+# restarted by the kubelet and is Ready again; ... At the end kube-proxy's rules are removed and
+# the host's nftables ruleset and conntrack sysctls are checked against what they were before.
+# PODS_ONLY=proxy stops after the ClusterIP checks (30-60 s once binaries and image are built).
 #
 # Facts and recipe: ../shared/docs/real-pods.md. Pods use 198.18.0.0/24 (RFC 2544's
-# benchmarking range) on a bridge this script creates and removes. Prints its wall time.
-# Needs root (network namespaces, mounts, cgroups); under CI=true anything it cannot run fails.
+# benchmarking range) on a bridge this script creates and removes; ClusterIPs are 198.18.1.0/24
+# (routed to the bridge while it exists); CoreDNS and the node are 198.18.0.1, the bridge's
+# address. Prints its wall time. Needs root (network namespaces, mounts, cgroups, nftables);
+# under CI=true anything it cannot run fails.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
@@ -30,12 +36,12 @@ fi
 
 echo "== real pods: packages"
 missing=()
-for t in containerd runc busybox; do command -v "$t" >/dev/null || missing+=("$t"); done
+for t in containerd runc busybox nft nsenter; do command -v "$t" >/dev/null || missing+=("$t"); done
 [ -x /usr/lib/cni/bridge ] || missing+=(containernetworking-plugins)
 if ((${#missing[@]})); then
   pk=()
   for t in "${missing[@]}"; do
-    case $t in busybox) pk+=(busybox-static) ;; *) pk+=("$t") ;; esac
+    case $t in busybox) pk+=(busybox-static) ;; nft) pk+=(nftables) ;; nsenter) pk+=(util-linux) ;; *) pk+=("$t") ;; esac
   done
   echo "  installing ${pk[*]} (Debian packages)"
   { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${pk[@]}"; } \
@@ -56,10 +62,37 @@ podman "${S[@]}" image exists "$IMAGE" || bash tests/k8s/image.sh >/dev/null || 
 D=$(mktemp -d /tmp/conveyor-pods.XXXXXX)
 NET=198.18.0
 BR=cvpods0
+# ClusterIPs, beside the pods' range: kube-proxy takes every packet the host sends to this range,
+# so it must not be a network anything else uses (the API server's default 10.0.0.0/24 may be).
+SVC_CIDR=198.18.1.0/24
 PIDS=()
+PROXY_PID=
+# kube-proxy leaves its rules in place when it stops: `kube-proxy --cleanup` removes them (its
+# nftables tables ip/ip6 kube-proxy, and the iptables and IPVS rules of its other modes if any).
+stop_proxy() {
+  [ -n "$PROXY_PID" ] || return 0
+  disown "$PROXY_PID" 2>/dev/null || true # (no job report; the shell still reaps it)
+  kill "$PROXY_PID" 2>/dev/null || true
+  for _ in $(seq 50); do [ -d "/proc/$PROXY_PID" ] || break; sleep 0.1; done
+  kill -9 "$PROXY_PID" 2>/dev/null || true
+  PROXY_PID=
+  "$KBIN/kube-proxy" --cleanup >> "$D/kube-proxy.log" 2>&1 || echo "  kube-proxy --cleanup failed (see $D/kube-proxy.log)"
+}
+# What kube-proxy could change on the host: the nftables ruleset (iptables-nft's tables
+# included) and the conntrack sysctls it sets unless told not to.
+host_net_state() {
+  nft -s list ruleset 2>/dev/null # (without iptables-nft's "do not touch" warnings)
+  for s in net.netfilter.nf_conntrack_max net.netfilter.nf_conntrack_tcp_timeout_established \
+    net.netfilter.nf_conntrack_tcp_timeout_close_wait net.netfilter.nf_conntrack_tcp_be_liberal \
+    net.netfilter.nf_conntrack_udp_timeout net.netfilter.nf_conntrack_udp_timeout_stream \
+    net.ipv4.conf.all.route_localnet; do
+    echo "$s = $(sysctl -n "$s" 2>&1)"
+  done
+}
 cleanup() {
   set +e
   disown -a # no job reports for what is killed below
+  stop_proxy # first: its rules go while the cluster is still there to explain them
   # Newest first: the operator and the kubelet (which would restart containers) go before
   # the control plane and containerd.
   for ((i = ${#PIDS[@]} - 1; i >= 0; i--)); do kill "${PIDS[i]}" 2>/dev/null; done
@@ -105,9 +138,18 @@ buildah "${S[@]}" push -q localhost/pause:pods "docker-archive:$D/pause.tar:loca
 podman "${S[@]}" save -q --format docker-archive -o "$D/conveyor.tar" "$IMAGE"
 
 echo "== real pods: cluster"
+# Nothing on this host may route the pods' or the Services' range already (a bridge left by a
+# killed run, a real network): the test would take its traffic, or lose its own to it.
+for r in "$NET.0/24" "$SVC_CIDR"; do
+  used=$({ ip -4 route show root "$r"; ip -4 route show match "$r"; } | grep -v '^default' || true)
+  [ -z "$used" ] || fatal "$r is already routed on this host: $used"
+done
 ip link add "$BR" type bridge
 ip addr add "$NET.1/24" dev "$BR"
 ip link set "$BR" up
+# ClusterIPs to the bridge (the route goes with it): kube-proxy rewrites what the host sends
+# there to a pod; anything it does not rewrite stays on the bridge, never leaves the machine.
+ip route add "$SVC_CIDR" dev "$BR"
 mkdir -p "$D/containerd/root" "$D/containerd/state" "$D/cni/net.d" "$D/cni/ipam"
 cat > "$D/containerd/config.toml" <<EOF
 version = 2
@@ -148,7 +190,7 @@ ok "containerd up, pause and Conveyor images imported"
 AP=$(free_port)
 start_etcd "$D" "$KBIN"
 apiserver_credentials "$D"
-start_apiserver "$D" "$KBIN" "$AP" "$NET.1" --authorization-mode=Node,RBAC || fatal "apiserver not ready"
+SERVICE_CIDR=$SVC_CIDR start_apiserver "$D" "$KBIN" "$AP" "$NET.1" --authorization-mode=Node,RBAC || fatal "apiserver not ready"
 export KUBECONFIG="$D/kubeconfig"
 write_kubeconfig "$KUBECONFIG" "$D" "$AP" pods
 K() { kubectl --request-timeout=20s "$@"; }
@@ -201,6 +243,33 @@ wait_for 120 "node pods-node-0 Ready (kubelet on containerd)" node_ready || {
   tail -30 "$D/kubelet.log"; fatal "no Ready node"; }
 # The node's zone, which the operator records in each broker it runs (same-zone reads).
 K label node pods-node-0 topology.kubernetes.io/zone=zone-a --overwrite >/dev/null
+
+# kube-proxy for the ClusterIP data path, nftables mode: its own tables (ip/ip6 kube-proxy),
+# nothing added to the host's iptables chains, no INVALID-drop rule in FORWARD, no
+# route_localnet. It changes no sysctl: conntrack size and timeouts 0 = left as they are.
+# NodePorts (none yet) only on the node's bridge address. Default sync periods (min 1 s).
+KP_HEALTH=$(free_port)
+cat > "$D/kube-proxy.yaml" <<EOF
+apiVersion: kubeproxy.config.k8s.io/v1alpha1
+kind: KubeProxyConfiguration
+mode: nftables
+clientConnection: {kubeconfig: $KUBECONFIG}
+hostnameOverride: pods-node-0
+clusterCIDR: $NET.0/24
+detectLocalMode: ClusterCIDR
+nodePortAddresses: [$NET.1/32]
+healthzBindAddress: 127.0.0.1:$KP_HEALTH
+metricsBindAddress: 127.0.0.1:$(free_port)
+oomScoreAdj: 0
+conntrack: {maxPerCore: 0, min: 0, tcpEstablishedTimeout: 0s, tcpCloseWaitTimeout: 0s, udpTimeout: 0s, udpStreamTimeout: 0s}
+EOF
+host_net_state > "$D/host-net-before.txt"
+"$KBIN/kube-proxy" --config="$D/kube-proxy.yaml" --v=2 > "$D/kube-proxy.log" 2>&1 &
+PROXY_PID=$!
+PIDS+=("$PROXY_PID")
+proxy_up() { curl -sf "http://127.0.0.1:$KP_HEALTH/healthz" >/dev/null && nft list table ip kube-proxy >/dev/null; }
+wait_for 60 "kube-proxy (nftables mode) up, its rules written" proxy_up || {
+  tail -20 "$D/kube-proxy.log"; fatal "no kube-proxy"; }
 
 # Static PVs for the broker claims (one per replica), owned by the image's user.
 for i in 0 1 2 3; do
@@ -286,6 +355,221 @@ if ! wait_for 300 "3 pods Running and Ready (name server, master, slave)" pods_r
   tail -20 "$D/kubelet.log"
 fi
 K get pods -o wide | sed 's/^/    /'
+
+echo "== real pods: ClusterIP Services through kube-proxy"
+cat > "$D/svc-probe.py" <<'EOF'
+# A connection through a ClusterIP, and which pod kube-proxy sent it to: the connection's
+# conntrack entry (/proc/net/nf_conntrack), whose reply direction comes from the endpoint.
+#   get IP PORT [PATH]                 one new connection: prints "ENDPOINT STATUS" (STATUS "-"
+#                                      without PATH; an HTTP GET of PATH with it)
+#   until IP PORT PATH WANT SEC        a new connection every 20 ms (0.5 s timeout) until one
+#                                      reaches WANT and answers 200: prints "AT OTHER FAILED
+#                                      LAST_OTHER" (epoch ms of that one; how many reached
+#                                      another endpoint, the last of them at LAST_OTHER, 0 for
+#                                      none; how many failed), or "timeout ..." after SEC s
+#   hold IP PORT PATH STOPFILE         one connection kept open (HTTP keep-alive), a GET on it
+#                                      every 100 ms until STOPFILE exists: prints "first ENDPOINT"
+#                                      once it is up, then what became of it
+import http.client, os, sys, time
+
+def endpoint(sock, ip, port):
+    lport = str(sock.getsockname()[1])
+    with open('/proc/net/nf_conntrack') as f:
+        for line in f:
+            kv = {}
+            for tok in line.split():
+                if '=' in tok:
+                    k, v = tok.split('=', 1)
+                    kv.setdefault(k, []).append(v)
+            if len(kv.get('src', [])) < 2 or len(kv.get('sport', [])) < 1:
+                continue
+            if kv['dst'][0] == ip and kv['sport'][0] == lport and kv['dport'][0] == str(port):
+                return kv['src'][1]
+    return '?'
+
+def connect(ip, port, timeout=2):
+    c = http.client.HTTPConnection(ip, port, timeout=timeout)
+    c.connect()
+    return c
+
+def get(c, path):
+    c.request('GET', path)
+    r = c.getresponse()
+    r.read()
+    return r.status
+
+def main(argv):
+    mode, ip, port = argv[0], argv[1], int(argv[2])
+    if mode == 'get':
+        c = connect(ip, port)
+        ep = endpoint(c.sock, ip, port)
+        status = get(c, argv[3]) if len(argv) > 3 else '-'
+        c.close()
+        print(ep, status)
+        return 0
+    if mode == 'until':
+        path, want, limit = argv[3], argv[4], time.time() + float(argv[5])
+        other = failed = last_other = 0
+        while time.time() < limit:
+            try:
+                c = connect(ip, port, 0.5)
+                at = int(time.time() * 1000)
+                ep = endpoint(c.sock, ip, port)
+                status = get(c, path)
+                c.close()
+                if ep == want and status == 200:
+                    print(at, other, failed, last_other)
+                    return 0
+                other, last_other = other + 1, at
+            except (OSError, http.client.HTTPException):
+                failed += 1
+            time.sleep(0.02)
+        print('timeout', other, failed, last_other)
+        return 1
+    if mode == 'hold':
+        path, stop = argv[3], argv[4]
+        c = connect(ip, port)
+        first = endpoint(c.sock, ip, port)
+        get(c, path)
+        print('first', first, flush=True)
+        t0, n, errors, last_error = time.time(), 0, 0, ''
+        while not os.path.exists(stop):
+            time.sleep(0.1)
+            try:
+                n += 1
+                if get(c, path) != 200:
+                    errors += 1
+            except (OSError, http.client.HTTPException) as e:
+                errors += 1
+                last_error = repr(e)
+                break
+        ep = endpoint(c.sock, ip, port)
+        print(f'{n} GETs on it over {time.time() - t0:.1f} s, {errors} failed{" (" + last_error + ")" if last_error else ""};'
+              f' endpoint at the start {first}, at the end {ep}')
+        return 0
+    return 2
+
+sys.exit(main(sys.argv[1:]))
+EOF
+probe() { python3 "$D/svc-probe.py" "$@"; }
+[ -r /proc/net/nf_conntrack ] || bad "no /proc/net/nf_conntrack: the probes cannot tell which pod a connection reached"
+task_pid() {
+  local id; id=$(K get pod "$1" -o jsonpath='{.status.containerStatuses[0].containerID}' | sed 's#.*//##')
+  ctr -a "$SOCK" -n k8s.io task ls | awk -v id="$id" '$1 == id {print $2}'
+}
+# A selectorless Service and an EndpointSlice written by hand, as the operator will write a
+# group's master Service: the slice carries kubernetes.io/service-name, and a managed-by that is
+# not the kcm's (endpointslice-controller.k8s.io). It points at one broker's HTTP port, then at
+# the other's.
+B0_IP=$(K get pod pods-broker-0-0 -o jsonpath='{.status.podIP}')
+B1_IP=$(K get pod pods-broker-0-1 -o jsonpath='{.status.podIP}')
+svc_to() {
+  cat <<EOF
+apiVersion: v1
+kind: Service
+metadata: {name: pods-proxy-check, namespace: default}
+spec:
+  ports: [{name: http, port: 8080, protocol: TCP}]
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: pods-proxy-check-0
+  namespace: default
+  labels:
+    kubernetes.io/service-name: pods-proxy-check
+    endpointslice.kubernetes.io/managed-by: pods-e2e.conveyor.dev
+addressType: IPv4
+ports: [{name: http, port: 8080, protocol: TCP}]
+endpoints:
+- addresses: ["$2"]
+  conditions: {ready: true}
+  nodeName: pods-node-0
+  targetRef: {kind: Pod, namespace: default, name: $1}
+EOF
+}
+SVC_T0=$(date +%s%3N)
+svc_to pods-broker-0-0 "$B0_IP" | K apply -f - >/dev/null
+SVC_IP=$(K get svc pods-proxy-check -o jsonpath='{.spec.clusterIP}')
+read -r at other failed _ < <(probe until "$SVC_IP" 8080 /healthz "$B0_IP" 30)
+if [[ "${at:-}" =~ ^[0-9]+$ ]]; then
+  ok "the host reaches the selectorless Service $SVC_IP:8080 at its EndpointSlice's pod (pods-broker-0-0, $B0_IP)"
+  echo "    first answer $((at - SVC_T0)) ms after kubectl began to write the Service and its EndpointSlice ($failed connections failed before)"
+else
+  bad "the host does not reach the selectorless Service $SVC_IP:8080 within 30 s (${other:-?} connections reached another pod, ${failed:-?} failed)"
+fi
+NS_PID=$(task_pid pods-namesrv-0)
+from_pod() { nsenter -t "$NS_PID" -n python3 "$D/svc-probe.py" get "$SVC_IP" 8080 /healthz | grep -q ' 200$'; }
+check "a pod reaches it too (from the name server pod's network namespace)" from_pod
+# The EndpointSlice moved to the other broker: new connections (one every 20 ms, from before
+# the move) must reach it within 5 s. A connection opened before the move is kept open
+# meanwhile (HTTP keep-alive, a GET every 100 ms): kube-proxy leaves TCP conntrack entries
+# alone, so it stays on the old pod.
+# move_to POD IP: one PATCH of the EndpointSlice (curl: no kubectl start-up in the measured
+# time) while new connections are probed; sets AT (ms from the PATCH's return to the first new
+# connection on POD, or "timeout"), RTT (the PATCH's round trip), LAST_OTHER (ms from its return
+# to the last new connection elsewhere) and FAILED (new connections that failed).
+move_to() {
+  local t0 t1 at other last_other
+  probe until "$SVC_IP" 8080 /healthz "$2" 15 > "$D/until.out" &
+  local until_pid=$!
+  sleep 0.3 # (new connections on the old pod first)
+  t0=$(date +%s%3N)
+  curl -sf --cacert "$D/certs/apiserver.crt" -H "Authorization: Bearer admin-token" -X PATCH \
+    -H 'Content-Type: application/merge-patch+json' -o /dev/null \
+    -d "{\"endpoints\":[{\"addresses\":[\"$2\"],\"conditions\":{\"ready\":true},\"nodeName\":\"pods-node-0\",\"targetRef\":{\"kind\":\"Pod\",\"namespace\":\"default\",\"name\":\"$1\"}}]}" \
+    "https://127.0.0.1:$AP/apis/discovery.k8s.io/v1/namespaces/default/endpointslices/pods-proxy-check-0" ||
+    bad "PATCH of the EndpointSlice pods-proxy-check-0 (to $1)"
+  t1=$(date +%s%3N)
+  wait "$until_pid" || true
+  read -r at other FAILED last_other < "$D/until.out" || true
+  RTT=$((t1 - t0))
+  if [[ "${at:-}" =~ ^[0-9]+$ ]]; then AT=$((at - t1)); LAST_OTHER=$((last_other - t1)); else AT=timeout; fi
+}
+rm -f "$D/hold-stop"
+probe hold "$SVC_IP" 8080 /healthz "$D/hold-stop" > "$D/hold.out" 2>&1 &
+HOLD=$!
+held() { grep -q '^first ' "$D/hold.out"; }
+wait_for 10 "a connection through the Service held open" held
+sleep 1.5 # (kube-proxy's last sync over a second ago, as in a quiet cluster)
+move_to pods-broker-0-1 "$B1_IP"
+if [ "$AT" != timeout ] && [ "$AT" -le 5000 ]; then
+  ok "after the EndpointSlice moved to pods-broker-0-1 ($B1_IP), new connections reach it (within 5 s)"
+  echo "    kube-proxy took $AT ms: the first new connection on the new pod, after the PATCH returned" \
+    "($RTT ms round trip); the last on the old pod $LAST_OTHER ms after; $FAILED failed"
+else
+  bad "after the EndpointSlice moved to pods-broker-0-1 ($B1_IP), no new connection reached it within 5 s ($(cat "$D/until.out"))"
+fi
+sleep 1
+touch "$D/hold-stop"; wait "$HOLD" || true
+echo "    the connection opened before the move: $(tail -n 1 "$D/hold.out")"
+# At once back: kube-proxy syncs at most once per minSyncPeriod (1 s), so a change right after
+# another waits for the rest of that second.
+move_to pods-broker-0-0 "$B0_IP"
+echo "    moved straight back to pods-broker-0-0: $AT ms after the PATCH returned (kube-proxy's minSyncPeriod, 1 s); $FAILED failed"
+K delete svc pods-proxy-check --wait=false >/dev/null
+K delete endpointslice pods-proxy-check-0 --wait=false >/dev/null
+# The name servers' client Service: a selector, so the kcm writes its EndpointSlice.
+NSVC_IP=$(K get svc pods-namesrv -o jsonpath='{.spec.clusterIP}')
+NS_POD_IP=$(K get pod pods-namesrv-0 -o jsonpath='{.status.podIP}')
+ns_via_svc() { [ "$(probe get "$NSVC_IP" 9876)" = "$NS_POD_IP -" ]; }
+check "the name servers' client Service (pods-namesrv, $NSVC_IP:9876, the kcm's EndpointSlice) reaches the name server pod" ns_via_svc
+
+# The end: kube-proxy stopped and its rules removed, the host as before, the tally.
+finish() {
+  stop_proxy
+  host_net_state > "$D/host-net-after.txt"
+  if diff -u "$D/host-net-before.txt" "$D/host-net-after.txt" > "$D/host-net.diff"; then
+    ok "kube-proxy stopped and cleaned up (kube-proxy --cleanup): the host's nftables ruleset and conntrack sysctls are as before it started"
+  else
+    bad "the host's nftables ruleset or conntrack sysctls differ from before kube-proxy started"
+    head -40 "$D/host-net.diff" | sed 's/^/    /'
+  fi
+  echo "== pods: $PASS passed, $FAIL failed; wall time $(( $(date +%s) - T0 )) s (logs in $D, kept with KEEP_PODS_DIR=1)"
+  [ "$FAIL" = 0 ]
+}
+if [ "${PODS_ONLY:-}" = proxy ]; then finish; exit; fi
+
 mqc_ready() { [ "$(K get mqc pods -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}')" = True ]; }
 wait_for 120 "MessageQueueCluster Ready=True" mqc_ready
 group_status() { K get mqc pods -o jsonpath='{.status.groups[0].master}/{.status.groups[0].epoch}/{.status.groups[0].inSyncReplicas}'; }
@@ -400,6 +684,41 @@ if [ -n "$CP" ] && [ -n "$NS_IP" ]; then
     echo "    brokers: $roles(status: $(group_status))"
   else bad "no task for the master container $master"; fi
 
+  # The master's container frozen (SIGSTOP) for 30 s, as a hung process or node leaves it
+  # (issue 26): the operator's controller replaces it after the detection time and points the
+  # group's master Service, whose address the route names, at the new master; the producer
+  # (client defaults: no route change for 30 s) writes again within 10 s. Thawed, the former
+  # master finds itself deposed and rejoins as a slave.
+  echo "== real pods: the master container frozen for 30 s"
+  wait_for 120 "both replicas in sync before the freeze" both_in_sync
+  F_MASTER=$(K get mqc pods -o jsonpath='{.status.groups[0].master}')
+  case "$F_MASTER" in pods-broker-0-0) F_OTHER=pods-broker-0-1 ;; *) F_OTHER=pods-broker-0-0 ;; esac
+  fcid=$(K get pod "$F_MASTER" -o jsonpath='{.status.containerStatuses[0].containerID}' | sed 's#.*//##')
+  fpid=$(ctr -a "$SOCK" -n k8s.io task ls | awk -v id="$fcid" '$1 == id {print $2}')
+  if [ -n "$fpid" ]; then
+    FROZEN_AT=$(date +%s%3N)
+    kill -STOP "$fpid"
+    f_promoted() { [ "$(K get mqc pods -o jsonpath='{.status.groups[0].master}')" = "$F_OTHER" ]; }
+    wait_for 30 "the frozen master $F_MASTER is replaced by $F_OTHER" f_promoted
+    slice_moved() {
+      [ "$(K get endpointslice pods-broker-0-master -o jsonpath='{.endpoints[0].addresses[0]}')" = \
+        "$(K get pod "$F_OTHER" -o jsonpath='{.status.podIP}')" ]
+    }
+    wait_for 30 "the group's master Service leads to $F_OTHER" slice_moved
+    # The fault lasts 30 s, whatever happened meanwhile.
+    left=$((FROZEN_AT + 30000 - $(date +%s%3N)))
+    if [ "$left" -gt 0 ]; then sleep "$(awk -v l="$left" 'BEGIN {print l / 1000}')"; fi
+    kill -CONT "$fpid"
+    f_resumed() { [ "$(awk -v k="$((FROZEN_AT + 35000))" '$1 >= k' "$D/ledger/ok-at" | wc -l)" -gt 0 ]; }
+    wait_for 60 "the producer (client defaults) still writes after the thaw" f_resumed
+    fgap=$(awk -v a="$((FROZEN_AT - 1000))" -v b="$((FROZEN_AT + 35000))" \
+      '$1 >= a && $1 <= b {if (p && $1 - p > g) g = $1 - p; p = $1} END {print g + 0}' "$D/ledger/ok-at")
+    echo "    unwritable while the master was frozen (longest time between two SEND_OKs, Java client defaults): $fgap ms"
+    check "the producer wrote again within 10 s of the freeze ($fgap ms without SEND_OK)" test "$fgap" -le 10000
+    wait_for 120 "the thawed former master rejoined as a slave and both are in sync" both_in_sync
+    check "the master is still $F_OTHER after the thaw" test "$(K get mqc pods -o jsonpath='{.status.groups[0].master}')" = "$F_OTHER"
+  else bad "no task for the master container $fcid"; fi
+
   # A flushMode change under load: the operator rolls the group itself (StatefulSet strategy
   # OnDelete): the slave first, then a switchover to it once it is back in sync, then, after
   # the clients' route poll, the former master. The producer (client defaults) must see no
@@ -468,10 +787,6 @@ restart $ROLL_MASTER"
   # set, then the master frozen too. Nobody may be promoted: the slave lacks acknowledged
   # messages. The group stays without master, Degraded, until the master returns.
   echo "== real pods: no in-sync replica, no promotion"
-  task_pid() {
-    local id; id=$(K get pod "$1" -o jsonpath='{.status.containerStatuses[0].containerID}' | sed 's#.*//##')
-    ctr -a "$SOCK" -n k8s.io task ls | awk -v id="$id" '$1 == id {print $2}'
-  }
   NM=$(K get mqc pods -o jsonpath='{.status.groups[0].master}')
   case "$NM" in pods-broker-0-0) NS_=pods-broker-0-1 ;; *) NS_=pods-broker-0-0 ;; esac
   spid=$(task_pid "$NS_"); mpid=$(task_pid "$NM")
@@ -565,5 +880,4 @@ wait_for 60 "its credentials Secret is deleted with it" gone_secret
 # A check that ends the Java section early (an expansion error aborts the whole compound
 # command) must not pass for a run of every check.
 [ "${JAVA_DONE:-}" = 1 ] || bad "the Java client section did not run to its end"
-echo "== pods: $PASS passed, $FAIL failed; wall time $(( $(date +%s) - T0 )) s (logs in $D, kept with KEEP_PODS_DIR=1)"
-[ "$FAIL" = 0 ]
+finish

@@ -291,14 +291,15 @@ async fn observe(
     ns: &str,
     spec: &ConsumerAutoscalerSpec,
 ) -> Result<(u64, Option<u32>), String> {
-    let (name_servers, cluster) = crate::rocketmq::name_servers(
+    let target = crate::rocketmq::name_servers(
         &ctx.client,
         ns,
         spec.cluster_ref.as_ref(),
         spec.name_server.as_deref(),
     )
     .await?;
-    let admin = ctx.admins.get(&name_servers)?;
+    let admin = ctx.admins.get(&target)?;
+    let cluster = target.cluster;
     let backlog = match &spec.prometheus {
         Some(p) => {
             let query = p.query.clone().unwrap_or_else(|| {

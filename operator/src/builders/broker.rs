@@ -1,5 +1,6 @@
 //! One broker group: a ConfigMap (one TOML file per pod), a headless Service, a StatefulSet with a
-//! volume claim template, and a PodDisruptionBudget.
+//! volume claim template, a PodDisruptionBudget and, under failover, the master Service with
+//! its EndpointSlice.
 
 use std::collections::BTreeMap;
 
@@ -13,6 +14,7 @@ use k8s_openapi::api::core::v1::{
     PodTemplateSpec, Service, ServicePort, ServiceSpec, Volume, VolumeMount,
     VolumeResourceRequirements,
 };
+use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions, EndpointPort, EndpointSlice};
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
@@ -79,6 +81,74 @@ pub fn broker_headless_service(mqc: &MessageQueueCluster, group: i32) -> Service
             ..Default::default()
         }),
         ..Default::default()
+    }
+}
+
+/// Under failover, a group's master Service: a cluster IP that always leads to the group's
+/// current master, which its masters register with the name servers as the group's address
+/// (id 0), so clients keep their route across failovers. It has no selector: the operator's
+/// controller writes its EndpointSlice ([`broker_master_endpoints`]) as soon as a newly
+/// elected master takes writes, rather than waiting for pod labels and readiness (a frozen
+/// master stays Ready for its probes' whole failure threshold).
+pub fn broker_master_service(mqc: &MessageQueueCluster, group: i32) -> Service {
+    Service {
+        metadata: meta(mqc, names::broker_master(&mqc.name_any(), group), group),
+        spec: Some(ServiceSpec {
+            type_: Some("ClusterIP".into()),
+            ports: Some(vec![ServicePort {
+                name: Some("remoting".into()),
+                port: BROKER_PORT,
+                target_port: Some(IntOrString::Int(BROKER_PORT)),
+                protocol: Some("TCP".into()),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// Who manages the master Services' EndpointSlices (the EndpointSlice controller leaves them).
+pub const ENDPOINTS_MANAGER: &str = "operator.conveyor.dev";
+
+/// The EndpointSlice of `group`'s master Service: the master pod's IP, or none.
+pub fn broker_master_endpoints(
+    mqc: &MessageQueueCluster,
+    group: i32,
+    master_ip: Option<std::net::IpAddr>,
+) -> EndpointSlice {
+    let name = names::broker_master(&mqc.name_any(), group);
+    let mut metadata = meta(mqc, name.clone(), group);
+    let labels = metadata.labels.get_or_insert_with(Default::default);
+    labels.insert("kubernetes.io/service-name".into(), name);
+    labels.insert(
+        "endpointslice.kubernetes.io/managed-by".into(),
+        ENDPOINTS_MANAGER.into(),
+    );
+    EndpointSlice {
+        metadata,
+        address_type: match master_ip {
+            Some(std::net::IpAddr::V6(_)) => "IPv6".into(),
+            _ => "IPv4".into(),
+        },
+        endpoints: master_ip
+            .map(|ip| Endpoint {
+                addresses: vec![ip.to_string()],
+                conditions: Some(EndpointConditions {
+                    ready: Some(true),
+                    serving: Some(true),
+                    terminating: Some(false),
+                }),
+                ..Default::default()
+            })
+            .into_iter()
+            .collect(),
+        ports: Some(vec![EndpointPort {
+            name: Some("remoting".into()),
+            port: Some(BROKER_PORT),
+            protocol: Some("TCP".into()),
+            ..Default::default()
+        }]),
     }
 }
 

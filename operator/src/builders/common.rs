@@ -75,6 +75,11 @@ pub mod names {
     pub fn broker_group(cluster: &str, group: i32) -> String {
         format!("{cluster}-broker-{group}")
     }
+    /// A broker group's master Service and its EndpointSlice (under failover): the group's
+    /// stable address, which leads to whichever pod is master.
+    pub fn broker_master(cluster: &str, group: i32) -> String {
+        format!("{}-master", broker_group(cluster, group))
+    }
     /// A broker group's ConfigMap.
     pub fn broker_config(cluster: &str, group: i32) -> String {
         format!("{cluster}-broker-{group}-config")
@@ -92,9 +97,14 @@ pub mod names {
     pub fn tls(cluster: &str) -> String {
         format!("{cluster}-tls")
     }
-    /// The Secret holding the cluster's CA (`generateCertificates`).
+    /// The Secret holding the cluster's CA (`generateCertificates`): its keys, so private.
     pub fn ca(cluster: &str) -> String {
         format!("{cluster}-ca")
+    }
+    /// The public Secret holding only the cluster's trust bundle (`ca.crt`, every CA not yet
+    /// ended) for applications to mount (`generateCertificates`); never a key.
+    pub fn ca_cert(cluster: &str) -> String {
+        format!("{cluster}-ca-cert")
     }
     /// The cluster's NetworkPolicy.
     pub fn network_policy(cluster: &str) -> String {
@@ -277,15 +287,26 @@ pub struct OperatorEnv {
     /// Where brokers reach the operator's replication controller (`host:port`); `None` when
     /// the operator runs without one (then every group keeps classic, ordinal-based roles).
     pub controller_addr: Option<String>,
-    /// The secret the clusters' own processes and the operator sign their requests to each
-    /// other with under ACL (`None`: the operator could not read or make it, so no cluster
-    /// can turn ACL on).
+    /// The secret this cluster's processes and the operator sign their requests to each
+    /// other with under ACL (`None`: ACL is off, or the operator could not read or make the
+    /// cluster's Secret). Set per cluster before each plan.
     pub cluster_secret: Option<ClusterSecret>,
+    /// Under failover, each broker group's stable address (`ip:port` of its master Service),
+    /// which its masters register with the name servers instead of their own. Set per
+    /// cluster before each plan, once the Services have their cluster IPs.
+    pub group_addresses: std::collections::BTreeMap<i32, String>,
 }
 
 /// The cluster secret: printed as `***`.
-#[derive(Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq, Hash)]
 pub struct ClusterSecret(pub String);
+
+impl ClusterSecret {
+    /// The credentials that sign as the cluster itself.
+    pub fn credentials(&self) -> conveyor_remoting::acl::Credentials {
+        conveyor_remoting::acl::Credentials::new(conveyor::acl::CLUSTER_ACCESS_KEY, self.0.clone())
+    }
+}
 
 impl std::fmt::Debug for ClusterSecret {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -228,6 +228,7 @@ pub fn broker_settings(
                 controller_addrs: Some(vec![c.addr.clone()]),
                 controller_scope: Some(c.scope.clone()),
                 synchronous: Some(broker.replication_mode == ReplicationMode::Sync),
+                group_address: env.group_addresses.get(&group).cloned(),
                 ..Default::default()
             },
         },

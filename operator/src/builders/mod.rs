@@ -8,7 +8,10 @@ mod nameserver;
 mod placement;
 mod security;
 
-pub use broker::{broker_config_map, broker_headless_service, broker_pdb, broker_statefulset};
+pub use broker::{
+    broker_config_map, broker_headless_service, broker_master_endpoints, broker_master_service,
+    broker_pdb, broker_statefulset, ENDPOINTS_MANAGER,
+};
 pub use config::{broker_settings, render_broker_toml, BrokerRole, ConfigError};
 pub use nameserver::{
     name_server_addresses, name_server_client_service, name_server_headless_service,

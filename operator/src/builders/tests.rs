@@ -925,3 +925,68 @@ fn generated_certificates_are_mounted_from_the_operators_secret() {
         Some("mine")
     );
 }
+
+#[test]
+fn under_failover_each_group_has_a_master_service_whose_address_its_masters_register() {
+    let mqc = cluster(2, 2);
+    let service = crate::builders::broker_master_service(&mqc, 1);
+    assert_eq!(
+        service.metadata.name.as_deref(),
+        Some("orders-broker-1-master")
+    );
+    let spec = service.spec.unwrap();
+    assert_eq!(spec.selector, None, "the operator writes its endpoints");
+    assert_eq!(spec.type_.as_deref(), Some("ClusterIP"));
+    assert_eq!(spec.ports.unwrap()[0].port, crate::builders::BROKER_PORT);
+
+    let slice =
+        crate::builders::broker_master_endpoints(&mqc, 1, Some("10.1.2.3".parse().unwrap()));
+    let labels = slice.metadata.labels.clone().unwrap();
+    assert_eq!(
+        labels["kubernetes.io/service-name"],
+        "orders-broker-1-master"
+    );
+    assert_eq!(
+        labels["endpointslice.kubernetes.io/managed-by"],
+        crate::builders::ENDPOINTS_MANAGER
+    );
+    // Label values: alphanumerics, '-', '_', '.' (the API server refuses a '/').
+    for v in labels.values() {
+        assert!(
+            v.chars()
+                .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+                && v.starts_with(|c: char| c.is_ascii_alphanumeric())
+                && v.ends_with(|c: char| c.is_ascii_alphanumeric()),
+            "label value {v:?}"
+        );
+    }
+    assert_eq!(slice.address_type, "IPv4");
+    assert_eq!(slice.endpoints[0].addresses, vec!["10.1.2.3".to_string()]);
+    assert_eq!(
+        slice.ports.unwrap()[0].name.as_deref(),
+        Some("remoting"),
+        "the Service's port name"
+    );
+    let v6 = crate::builders::broker_master_endpoints(&mqc, 1, Some("fd00::7".parse().unwrap()));
+    assert_eq!(v6.address_type, "IPv6");
+
+    // The group's address goes into its brokers' settings under failover only.
+    let mut env = crate::builders::OperatorEnv {
+        controller_addr: Some("conveyor-operator-controller.ops.svc:9878".into()),
+        ..Default::default()
+    };
+    env.group_addresses.insert(1, "10.0.0.17:10911".into());
+    let settings = crate::builders::broker_settings(&mqc, 1, 0, &env).unwrap();
+    assert_eq!(
+        settings.replication.group_address.as_deref(),
+        Some("10.0.0.17:10911")
+    );
+    let other = crate::builders::broker_settings(&mqc, 0, 0, &env).unwrap();
+    assert_eq!(
+        other.replication.group_address, None,
+        "group 0 has no address yet"
+    );
+    env.controller_addr = None;
+    let classic = crate::builders::broker_settings(&mqc, 1, 0, &env).unwrap();
+    assert_eq!(classic.replication.group_address, None);
+}

@@ -176,7 +176,41 @@ pub async fn remove_group(
     delete::<StatefulSet>(client, ns, &group).await?;
     delete::<ConfigMap>(client, ns, &config).await?;
     delete::<Service>(client, ns, &group).await?;
+    let master = crate::builders::names::broker_master(&cluster, index);
+    delete::<Service>(client, ns, &master).await?;
+    delete::<k8s_openapi::api::discovery::v1::EndpointSlice>(client, ns, &master).await?;
     delete::<PodDisruptionBudget>(client, ns, &group).await
+}
+
+/// Under failover, applies each group's master Service and returns the groups' stable
+/// addresses (`cluster-ip:port`), which the brokers' configuration needs: the cluster IP
+/// exists only once the API server has allocated it.
+pub async fn master_services(
+    client: &Client,
+    ns: &str,
+    mqc: &MessageQueueCluster,
+) -> Result<BTreeMap<i32, String>, Error> {
+    let mut out = BTreeMap::new();
+    for group in 0..mqc.spec.broker.groups.max(1) {
+        let service = apply(
+            client,
+            ns,
+            &crate::builders::broker_master_service(mqc, group),
+        )
+        .await?;
+        if let Some(ip) = service
+            .spec
+            .and_then(|s| s.cluster_ip)
+            .filter(|ip| !ip.is_empty() && ip != "None")
+        {
+            let addr = match ip.parse::<std::net::IpAddr>() {
+                Ok(std::net::IpAddr::V6(_)) => format!("[{ip}]:{}", crate::builders::BROKER_PORT),
+                _ => format!("{ip}:{}", crate::builders::BROKER_PORT),
+            };
+            out.insert(group, addr);
+        }
+    }
+    Ok(out)
 }
 
 async fn delete<K>(client: &Client, ns: &str, name: &str) -> Result<(), Error>

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use conveyor_protocol::code::{request_code as rc, response_code as resp};
 use conveyor_protocol::command::RemotingCommand;
+use conveyor_remoting::acl::Credentials;
 use conveyor_remoting::{RemotingClient, RemotingConfig};
 
 use crate::builders::BROKER_PORT;
@@ -57,7 +58,12 @@ pub struct Brokers {
 impl Default for Brokers {
     fn default() -> Self {
         Self {
-            client: RemotingClient::new(RemotingConfig::default()),
+            // Each request is signed with its own cluster's secret (see `call`), never with
+            // process-wide credentials.
+            client: RemotingClient::new(RemotingConfig {
+                credentials: None,
+                ..Default::default()
+            }),
         }
     }
 }
@@ -77,18 +83,32 @@ fn malformed(addr: &str, why: String) -> BrokerCallError {
 
 impl Brokers {
     /// The JSON body of the answer to a request `code` without fields.
-    async fn json(&self, addr: &str, code: i32) -> Result<serde_json::Value, BrokerCallError> {
+    async fn json(
+        &self,
+        addr: &str,
+        code: i32,
+        signer: Option<&Credentials>,
+    ) -> Result<serde_json::Value, BrokerCallError> {
         let r = self
-            .call(addr, RemotingCommand::request(code, Default::default()))
+            .call(
+                addr,
+                RemotingCommand::request(code, Default::default()),
+                signer,
+            )
             .await?;
         serde_json::from_slice(&r.body).map_err(|e| malformed(addr, e.to_string()))
     }
 
+    /// Sends `req` to `addr`, signed by `signer` (the cluster's secret, under ACL).
     async fn call(
         &self,
         addr: &str,
-        req: RemotingCommand,
+        mut req: RemotingCommand,
+        signer: Option<&Credentials>,
     ) -> Result<RemotingCommand, BrokerCallError> {
+        if let Some(signer) = signer {
+            signer.sign(&mut req);
+        }
         let r = self
             .client
             .invoke_timeout(addr, req, TIMEOUT)
@@ -108,10 +128,15 @@ impl Brokers {
     }
 
     /// Sets the broker's permission: 4 read-only (drained), 6 read and write.
-    pub async fn set_permission(&self, addr: &str, perm: i32) -> Result<(), BrokerCallError> {
+    pub async fn set_permission(
+        &self,
+        addr: &str,
+        perm: i32,
+        signer: Option<&Credentials>,
+    ) -> Result<(), BrokerCallError> {
         let req = RemotingCommand::request(rc::UPDATE_BROKER_CONFIG, Default::default())
             .with_body(format!("brokerPermission={perm}\n").into_bytes());
-        self.call(addr, req).await.map(|_| ())
+        self.call(addr, req, signer).await.map(|_| ())
     }
 
     /// Messages the broker stores for later delivery, by kind (`delayed`, `timer`,
@@ -119,9 +144,10 @@ impl Brokers {
     pub async fn parked(
         &self,
         addr: &str,
+        signer: Option<&Credentials>,
     ) -> Result<std::collections::BTreeMap<String, u64>, BrokerCallError> {
         let malformed = |why: String| malformed(addr, why);
-        let body = self.json(addr, rc::GET_BROKER_RUNTIME_INFO).await?;
+        let body = self.json(addr, rc::GET_BROKER_RUNTIME_INFO, signer).await?;
         let mut parked = std::collections::BTreeMap::new();
         for (key, kind) in [
             ("delayedMessagesPending", "delayed"),
@@ -149,9 +175,10 @@ impl Brokers {
     pub async fn backlog(
         &self,
         addr: &str,
+        signer: Option<&Credentials>,
     ) -> Result<std::collections::BTreeMap<String, u64>, BrokerCallError> {
         let malformed = |why: String| malformed(addr, why);
-        let body = self.json(addr, rc::GET_ALL_CONSUMER_OFFSET).await?;
+        let body = self.json(addr, rc::GET_ALL_CONSUMER_OFFSET, signer).await?;
         let table = body
             .get("offsetTable")
             .and_then(|t| t.as_object())
@@ -168,7 +195,7 @@ impl Brokers {
                     .with_ext("topic", topic)
                     .with_ext("queueId", queue);
                 let end = self
-                    .call(addr, req)
+                    .call(addr, req, signer)
                     .await?
                     .get_i64("offset")
                     .map_err(|e| malformed(e.to_string()))?;

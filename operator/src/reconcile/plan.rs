@@ -239,10 +239,13 @@ pub fn plan(mqc: &MessageQueueCluster, existing: &ExistingGroups, env: &Operator
         // Without the secret the pods would wait for a Secret that never comes.
         stalls.push(Stall {
             reason: Reason::NoClusterSecret,
-            message: "security.acl.enabled needs the operator's cluster secret, which it could \
-                      not read or create (its Secret conveyor-cluster-secret in the operator's \
-                      namespace: check the operator's RBAC for secrets)"
-                .into(),
+            message: format!(
+                "security.acl.enabled needs the cluster's secret, which the operator could not \
+                 read or create (Secret {} with key {}, 16 characters or more: check the \
+                 operator's RBAC for secrets and its log)",
+                names::cluster_secret(&cluster),
+                builders::CLUSTER_SECRET_KEY
+            ),
         });
         return Plan {
             security: SecurityObjects::default(),

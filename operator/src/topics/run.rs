@@ -187,7 +187,7 @@ async fn sync(t: Arc<MessageQueueTopic>, ctx: Arc<TopicContext>) -> Result<Actio
         spec.name_server.as_deref(),
     )
     .await
-    .and_then(|(addrs, cluster)| Ok((ctx.admins.get(&addrs)?, cluster)));
+    .and_then(|target| Ok((ctx.admins.get(&target)?, target.cluster)));
     let (admin, cluster) = match cluster {
         Ok(c) => c,
         Err(why) => {
