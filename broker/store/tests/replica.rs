@@ -281,3 +281,48 @@ fn a_fresh_slave_starts_at_the_masters_first_segment() {
     let slave = open(s_dir.path());
     assert_eq!(contents(&slave), s);
 }
+
+/// A replica whose next bytes the master's retention already deleted: it drops its log and
+/// copies the master's from the master's first segment, and its queues then serve only what
+/// the master serves (also after a restart).
+#[test]
+fn a_replica_holding_records_can_start_again_at_the_masters_first_segment() {
+    let (m_dir, s_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let master = open(m_dir.path());
+    let slave = open(s_dir.path());
+    produce(&master, 0, 40);
+    replicate(&master, &slave, 64 * 1024);
+    assert!(wait_until(Duration::from_secs(10), || {
+        (0..QUEUES).map(|q| slave.max_offset(TOPIC, q)).sum::<i64>() == 40
+    }));
+    produce(&master, 40, 700);
+    let segment = StoreConfig::small(m_dir.path()).commit_log_segment_size;
+    let start = segment * 2;
+    assert!(slave.commit_log_max_offset() < start);
+    assert!(master.commit_log_max_offset() > start + 100_000);
+
+    // Moving a log that holds records is refused until it is emptied.
+    assert!(slave.start_empty_at(start).is_err());
+    slave.truncate_to(slave.commit_log_min_offset()).unwrap();
+    slave.start_empty_at(start).unwrap();
+    assert_eq!(slave.commit_log_min_offset(), start);
+    assert_eq!(slave.commit_log_max_offset(), start);
+    replicate(&master, &slave, 300_000);
+
+    let end = master.commit_log_max_offset();
+    assert!(log_bytes(&master, start, end) == log_bytes(&slave, start, end));
+    let m = contents(&master);
+    let s = contents(&slave);
+    assert!(!s.is_empty());
+    assert!(
+        s.iter().all(|(k, v)| m.get(k) == Some(v)),
+        "the replica serves what the master does not"
+    );
+    for q in 0..QUEUES {
+        assert_eq!(slave.max_offset(TOPIC, q), master.max_offset(TOPIC, q));
+        assert!(slave.min_offset(TOPIC, q) > 0);
+    }
+    drop(slave);
+    let slave = open(s_dir.path());
+    assert_eq!(contents(&slave), s);
+}

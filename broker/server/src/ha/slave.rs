@@ -206,10 +206,53 @@ impl Drop for Following<'_> {
     }
 }
 
-/// Where this slave's log and the master's agree, after making it so: an empty log starts
-/// at the master's first segment; a log that went past the point both share (an earlier
-/// master's unreplicated tail) is cut back to it. Also says whether the log was cut or
-/// restarted.
+/// What a replica does with its log before following a master.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Alignment {
+    /// The log continues the master's as it is: follow from its end.
+    Keep,
+    /// The log went past the point both share (an earlier master's unreplicated tail): cut it
+    /// back to that point and follow from there.
+    CutTo(u64),
+    /// Nothing the log holds can be continued: it is empty, the point it shares with the
+    /// master is below its own first segment, or the master's retention already deleted what
+    /// follows that point. Drop it and copy the master's log from its first segment, as a
+    /// fresh replica does. (What is dropped is either divergent or older than anything the
+    /// master still keeps.)
+    StartAt(u64),
+}
+
+/// Decides how a replica holding `[min, end)` joins a master holding `[master_min, ..)`,
+/// `shared` being the last offset both logs agree on (`None`: they share no term).
+fn alignment(
+    min: u64,
+    end: u64,
+    shared: Option<u64>,
+    master_min: u64,
+) -> Result<Alignment, String> {
+    if min == end {
+        return Ok(if end == master_min {
+            Alignment::Keep
+        } else {
+            Alignment::StartAt(master_min)
+        });
+    }
+    let Some(cut) = shared else {
+        return Err(format!(
+            "this replica's log [{min}, {end}) shares no term with the master's"
+        ));
+    };
+    Ok(if cut < min || cut < master_min {
+        Alignment::StartAt(master_min)
+    } else if cut < end {
+        Alignment::CutTo(cut)
+    } else {
+        Alignment::Keep
+    })
+}
+
+/// Where this slave's log and the master's agree, after making it so ([`alignment`]). Also
+/// says whether the log was cut or restarted.
 fn align(
     store: &MessageStore,
     master_min: u64,
@@ -217,32 +260,36 @@ fn align(
     master_epochs: &conveyor_store::EpochHistory,
 ) -> Result<(u64, bool), HaError> {
     let (min, end) = (store.commit_log_min_offset(), store.commit_log_max_offset());
-    if min == end {
-        let restart = end != master_min;
-        if restart {
-            store.start_empty_at(master_min)?;
-        }
-        return Ok((master_min, restart));
-    }
     let local = store.epochs();
-    let Some(cut) = consistent_point(&local, end, master_epochs, master_max) else {
-        return Err(HaError::Diverged(format!(
-            "this replica's log [{min}, {end}) shares no term with the master's \
-             (local epochs {:?}, master's {:?}); wipe its data directory to make it a replica",
+    let shared = consistent_point(&local, end, master_epochs, master_max);
+    let plan = alignment(min, end, shared, master_min).map_err(|reason| {
+        HaError::Diverged(format!(
+            "{reason} (local epochs {:?}, master's {:?}); wipe its data directory to make it a replica",
             local.entries(),
             master_epochs.entries()
-        )));
-    };
-    if cut < min || cut < master_min {
-        return Err(HaError::Diverged(format!(
-            "the point shared with the master ({cut}) is outside this replica's log [{min}, {end}) \
-             or the master's [{master_min}, {master_max}); wipe its data directory"
-        )));
+        ))
+    })?;
+    match plan {
+        Alignment::Keep => Ok((end, false)),
+        Alignment::CutTo(cut) => {
+            store.truncate_to(cut)?;
+            Ok((cut, true))
+        }
+        Alignment::StartAt(from) => {
+            if min != end {
+                tracing::warn!(
+                    local_min = min,
+                    local_end = end,
+                    shared = ?shared,
+                    master_min,
+                    "this replica's log cannot continue the master's; copying the master's from its first segment"
+                );
+                store.truncate_to(min)?;
+            }
+            store.start_empty_at(from)?;
+            Ok((from, true))
+        }
     }
-    if cut < end {
-        store.truncate_to(cut)?;
-    }
-    Ok((cut, cut < end))
 }
 
 /// Appends what the master sends; publishes the end held after each batch.
@@ -353,5 +400,52 @@ async fn acknowledge(
                 write_frame(wr, &Frame::Ack { offset: end, zone: None }, silent).await?;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{alignment, Alignment};
+
+    #[test]
+    fn an_empty_replica_starts_at_the_masters_first_segment() {
+        assert_eq!(alignment(0, 0, None, 0), Ok(Alignment::Keep));
+        assert_eq!(alignment(0, 0, None, 4096), Ok(Alignment::StartAt(4096)));
+    }
+
+    #[test]
+    fn a_replica_in_step_or_behind_keeps_its_log() {
+        assert_eq!(alignment(0, 500, Some(500), 0), Ok(Alignment::Keep));
+    }
+
+    #[test]
+    fn a_former_master_is_cut_to_the_shared_point() {
+        assert_eq!(alignment(0, 900, Some(500), 0), Ok(Alignment::CutTo(500)));
+    }
+
+    #[test]
+    fn a_replica_whose_next_bytes_the_master_deleted_starts_again_at_the_masters_log() {
+        // The master's retention deleted [500, 4096): the replica cannot continue at 500.
+        assert_eq!(
+            alignment(0, 900, Some(500), 4096),
+            Ok(Alignment::StartAt(4096))
+        );
+        assert_eq!(
+            alignment(0, 500, Some(500), 4096),
+            Ok(Alignment::StartAt(4096))
+        );
+    }
+
+    #[test]
+    fn a_replica_whose_own_log_begins_after_the_shared_point_starts_again() {
+        assert_eq!(
+            alignment(8192, 9000, Some(500), 0),
+            Ok(Alignment::StartAt(0))
+        );
+    }
+
+    #[test]
+    fn logs_sharing_no_term_are_refused() {
+        assert!(alignment(0, 900, None, 0).is_err());
     }
 }
