@@ -62,6 +62,7 @@ fi
 
 echo "== cargo test --workspace"
 cargo test --workspace --all-targets 2>&1 | tee "$CONVEYOR_CACHE/cargo-test.log"
+echo "== cargo test: done $((SECONDS / 60)) min after the start"
 
 # Every suite runs, whatever the file mode of its script (a checkout that lost the executable bit
 # must not skip a suite silently); a missing script is a failure.
@@ -71,7 +72,9 @@ suite() { # suite TITLE SCRIPT
     echo "tests/all.sh: suite script $2 is missing" >&2
     exit 1
   fi
+  local started=$SECONDS
   bash "$2"
+  echo "== $1: passed in $(((SECONDS - started) / 60)) min $(((SECONDS - started) % 60)) s (since the start: $((SECONDS / 60)) min)"
 }
 
 suite "real RocketMQ clients against conveyor standalone" tests/compat/run-against-standalone.sh
