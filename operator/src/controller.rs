@@ -27,6 +27,8 @@ pub struct FailoverSettings {
     pub listen: std::net::SocketAddr,
     /// `host:port` rendered into the brokers' configuration.
     pub advertise: String,
+    /// The controller Service this replica points at itself while it leads, if any.
+    pub endpoint: Option<crate::controller_endpoint::ControllerEndpoint>,
 }
 
 fn api<K>(client: &Client, namespace: Option<&str>) -> Api<K>
@@ -72,6 +74,14 @@ pub async fn run_controller(
             Ok((listener, api)) => {
                 let failover = Failover::new(api, client.clone(), stop.clone());
                 tracing::info!(listen = %settings.listen, advertise = %settings.advertise, "replication controller listening");
+                if let (Some(endpoint), Ok(local)) = (settings.endpoint, listener.local_addr()) {
+                    tokio::spawn(crate::controller_endpoint::publish(
+                        client.clone(),
+                        endpoint,
+                        local.port(),
+                        stop.clone(),
+                    ));
+                }
                 tokio::spawn(failover.clone().serve(listener));
                 ctx = ctx.with_failover(failover, settings.advertise);
             }

@@ -9,6 +9,7 @@ pub mod builders;
 pub mod certificates;
 pub mod cluster_secret;
 pub mod controller;
+pub mod controller_endpoint;
 pub mod crd;
 pub mod events;
 pub mod failover;

@@ -6,6 +6,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 use conveyor_operator::controller::FailoverSettings;
+use conveyor_operator::controller_endpoint::ControllerEndpoint;
 use conveyor_operator::leader::{LeaderElector, LeaseConfig};
 use conveyor_operator::telemetry::{self, Listen, Telemetry, DEFAULT_HTTP_LISTEN};
 
@@ -83,6 +84,14 @@ struct RunArgs {
     /// controller Service). Default: `conveyor-operator-controller.<POD_NAMESPACE>.svc:<port>`.
     #[arg(long, env = "CONVEYOR_CONTROLLER_ADVERTISE")]
     controller_advertise: Option<String>,
+    /// The controller Service (in POD_NAMESPACE, without a selector) whose EndpointSlice the
+    /// leading replica points at itself (POD_IP and the controller port), so that brokers reach
+    /// only the leader. Unset: the Service is left alone.
+    #[arg(long, env = "CONVEYOR_CONTROLLER_SERVICE")]
+    controller_service: Option<String>,
+    /// This replica's IP as brokers reach it (the pod IP, from the downward API).
+    #[arg(long, env = "POD_IP")]
+    pod_ip: Option<std::net::IpAddr>,
 }
 
 fn default_identity() -> String {
@@ -184,11 +193,28 @@ async fn main() -> anyhow::Result<()> {
                     },
                 )
             });
+            let endpoint = match (&args.controller_service, &args.lease_namespace, args.pod_ip) {
+                (Some(service), Some(namespace), Some(ip)) => Some(ControllerEndpoint {
+                    namespace: namespace.clone(),
+                    service: service.clone(),
+                    ip,
+                }),
+                (Some(service), _, _) => {
+                    tracing::warn!(
+                        service,
+                        "--controller-service needs POD_NAMESPACE and POD_IP: the Service is left alone"
+                    );
+                    None
+                }
+                _ => None,
+            };
             let failover = match (args.controller_listen, args.controller_advertise) {
                 (Listen::Off, _) => None,
-                (Listen::On(listen), Some(advertise)) => {
-                    Some(FailoverSettings { listen, advertise })
-                }
+                (Listen::On(listen), Some(advertise)) => Some(FailoverSettings {
+                    listen,
+                    advertise,
+                    endpoint,
+                }),
                 (Listen::On(listen), None) => match &args.lease_namespace {
                     Some(ns) => Some(FailoverSettings {
                         listen,
@@ -196,6 +222,7 @@ async fn main() -> anyhow::Result<()> {
                             "conveyor-operator-controller.{ns}.svc:{}",
                             listen.port()
                         ),
+                        endpoint,
                     }),
                     None => {
                         tracing::warn!(

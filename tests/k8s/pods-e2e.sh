@@ -292,16 +292,33 @@ K apply -f "$D/pvs.yaml" >/dev/null && ok "static hostPath PVs created"
 echo "== real pods: the operator and a cluster"
 K apply --server-side -f crds/ >/dev/null
 K wait --for=condition=Established crd/messagequeueclusters.conveyor.dev crd/messagequeueusers.conveyor.dev --timeout=30s >/dev/null
-# The operator runs on the host: brokers reach its replication controller at the bridge's
-# gateway address (it listens on every address: the bridge may not exist yet).
-CTRL_PORT=$(free_port)
-start_operator() {
-  "$OPERATOR" run --lease-namespace default --identity pods-operator \
-    --controller-listen "0.0.0.0:$CTRL_PORT" --controller-advertise "$NET.1:$CTRL_PORT" >> "$D/operator.log" 2>&1 &
-  OP_PID=$!
-  PIDS+=("$OP_PID")
+# The operator runs on the host, as the chart deploys it but for the pod: brokers reach its
+# replication controller through the selectorless controller Service by its DNS name, and the
+# leading replica points the Service's EndpointSlice at itself (its "pod IP" is the bridge's
+# gateway address; it listens on every address: the bridge may not exist yet). Replica a runs
+# throughout; replica b joins as a standby for the leader-kill checks. Short leases there
+# (6 s, renewed every 2 s) keep ten leader changes within two minutes.
+K apply -f - >/dev/null <<'EOF2'
+apiVersion: v1
+kind: Service
+metadata: {name: conveyor-operator-controller, namespace: default}
+spec:
+  ports: [{name: controller, port: 9878, protocol: TCP}]
+EOF2
+declare -A CTRL_PORT OP_PIDS
+CTRL_PORT[a]=$(free_port)
+CTRL_PORT[b]=$(free_port)
+start_operator() { # [a|b]
+  local r=${1:-a} http=(); [ "$r" = a ] || http=(--http-listen off)
+  POD_IP="$NET.1" "$OPERATOR" run --lease-namespace default --identity "pods-operator-$r" \
+    --lease-duration-secs 6 --lease-renew-secs 2 "${http[@]}" \
+    --controller-listen "0.0.0.0:${CTRL_PORT[$r]}" --controller-service conveyor-operator-controller \
+    --controller-advertise conveyor-operator-controller.default.svc:9878 >> "$D/operator.log" 2>&1 &
+  OP_PIDS[$r]=$!
+  PIDS+=("$!")
+  if [ "$r" = a ]; then OP_PID=$!; fi
 }
-start_operator
+start_operator a
 # The brokers' logs outlive their pods (the kubelet removes a deleted pod's logs): copied every
 # second, so a failed check can show what the brokers did meanwhile.
 mkdir -p "$D/broker-logs"
@@ -809,6 +826,61 @@ restart $ROLL_MASTER"
     }
     wait_for 120 "the master returns: $NM master again, the slave back in sync, not Degraded" back
   else bad "no task for the broker containers ($NS_: '$spid', $NM: '$mpid')"; fi
+
+  # The operator's leader killed (SIGKILL) 10 times under the producer (issue 27): a standby
+  # takes the Lease, points the controller Service at itself, and the brokers, which reach the
+  # controller only through that Service, find it before it would replace their master. No
+  # failover (master and epoch unchanged), no failed send. The killed replica comes back as
+  # the standby each time.
+  echo "== real pods: the operator's leader killed 10 times under load"
+  start_operator b
+  holder() { K get lease conveyor-operator-leader -o jsonpath='{.spec.holderIdentity}'; }
+  slice_port() { K get endpointslice conveyor-operator-controller -o jsonpath='{.endpoints[0].addresses[0]}:{.ports[0].port}'; }
+  # until_true SEC CMD...: CMD polled every 0.2 s for SEC s, quietly (a round is one check).
+  until_true() {
+    local deadline=$(( $(date +%s) + $1 )); shift
+    until "$@" >/dev/null 2>&1; do [ "$(date +%s)" -lt "$deadline" ] || return 1; sleep 0.2; done
+  }
+  LK_MASTER=$(K get mqc pods -o jsonpath='{.status.groups[0].master}')
+  LK_EPOCH=$(K get mqc pods -o jsonpath='{.status.groups[0].epoch}')
+  wait_for 30 "the controller Service's EndpointSlice leads to the leader (pods-operator-a, $NET.1:${CTRL_PORT[a]})" \
+    bash -c "[ \"\$(kubectl get endpointslice conveyor-operator-controller -o jsonpath='{.endpoints[0].addresses[0]}:{.ports[0].port}')\" = $NET.1:${CTRL_PORT[a]} ]"
+  LK_T0=$(date +%s%3N)
+  takeovers=0
+  for round in $(seq 1 10); do
+    lead=$(holder); lead=${lead#pods-operator-}
+    case "$lead" in a) next=b ;; b) next=a ;; *) bad "round $round: unexpected Lease holder '$lead'"; break ;; esac
+    kill -9 "${OP_PIDS[$lead]}"; wait "${OP_PIDS[$lead]}" 2>/dev/null || true
+    killed_at=$(date +%s%3N)
+    took_over() { [ "$(holder)" = "pods-operator-$next" ] && [ "$(slice_port)" = "$NET.1:${CTRL_PORT[$next]}" ]; }
+    until_true 60 took_over || { bad "round $round: pods-operator-$next did not take the Lease and the controller Service within 60 s"; break; }
+    took=$(( $(date +%s%3N) - killed_at ))
+    start_operator "$lead"
+    # The brokers found the new leader: the producer goes on (20 more SEND_OK), and the new
+    # leader's status names the same master in the same epoch, both in sync.
+    base=$(wc -l < "$D/ledger/ok")
+    settled() {
+      [ "$(wc -l < "$D/ledger/ok")" -ge $((base + 20)) ] && both_in_sync_now &&
+        [ "$(K get mqc pods -o jsonpath='{.status.groups[0].master}/{.status.groups[0].epoch}')" = "$LK_MASTER/$LK_EPOCH" ]
+    }
+    until_true 60 settled || { bad "round $round: the group did not serve on under pods-operator-$next within 60 s ($(group_status))"; break; }
+    echo "    round $round: pods-operator-$lead killed, pods-operator-$next leads and serves the brokers $took ms later"
+    takeovers=$((takeovers + 1))
+  done
+  LK_T1=$(date +%s%3N)
+  check "10 leader changes, each taken over by the standby" test "$takeovers" = 10
+  check "no broker failover through them (master $LK_MASTER, epoch $LK_EPOCH)" test \
+    "$(K get mqc pods -o jsonpath='{.status.groups[0].master}/{.status.groups[0].epoch}')" = "$LK_MASTER/$LK_EPOCH"
+  lk_failed=$(awk -v a="$LK_T0" -v b="$LK_T1" '$2 >= a && $2 <= b' "$D/ledger/failed" | wc -l)
+  check "no failed send through the leader changes" test "$lk_failed" = 0
+  # Back to one replica (a) for the rest: the drain below reads its log.
+  if [ "$(holder)" = pods-operator-b ]; then
+    kill -9 "${OP_PIDS[b]}"; wait "${OP_PIDS[b]}" 2>/dev/null || true
+    a_leads() { [ "$(holder)" = pods-operator-a ] && [ "$(slice_port)" = "$NET.1:${CTRL_PORT[a]}" ]; }
+    wait_for 60 "pods-operator-a leads again" a_leads
+  else
+    kill "${OP_PIDS[b]}"; wait "${OP_PIDS[b]}" 2>/dev/null || true
+  fi
 
   # Scale-out 1 -> 2 groups, the topic given queues on the new group (existing topics gain
   # queues on a new group only when asked), a push consumer running; then scale-in 2 -> 1:

@@ -518,12 +518,16 @@ pub fn app_config(role: Role, settings: Settings) -> Result<AppConfig, SettingsE
         SocketAddr::new(broker_listen.ip(), port)
     });
     let dc = crate::controller::ControllerConfig::default();
+    let detection = c
+        .detection_ms
+        .map(Duration::from_millis)
+        .unwrap_or(dc.detection);
     let controller = crate::controller::ControllerConfig {
-        detection: c
-            .detection_ms
-            .map(Duration::from_millis)
-            .unwrap_or(dc.detection),
+        detection,
         allow_unclean: c.allow_unclean_election.unwrap_or(dc.allow_unclean),
+        // Brokers reach a restarted `conveyor controller` at the same address at their next
+        // heartbeat: the detection time is grace enough.
+        takeover_grace: detection,
     };
     let controller_listen = match role {
         Role::Controller => c.listen.or(namesrv.listen).unwrap_or(default_controller),

@@ -108,7 +108,8 @@ pub fn broker_master_service(mqc: &MessageQueueCluster, group: i32) -> Service {
     }
 }
 
-/// Who manages the master Services' EndpointSlices (the EndpointSlice controller leaves them).
+/// Who manages the EndpointSlices the operator writes (the EndpointSlice controller leaves
+/// them): the master Services' and the operator's own controller Service's.
 pub const ENDPOINTS_MANAGER: &str = "operator.conveyor.dev";
 
 /// The EndpointSlice of `group`'s master Service: the master pod's IP, or none.
@@ -118,20 +119,38 @@ pub fn broker_master_endpoints(
     master_ip: Option<std::net::IpAddr>,
 ) -> EndpointSlice {
     let name = names::broker_master(&mqc.name_any(), group);
-    let mut metadata = meta(mqc, name.clone(), group);
+    service_endpoints(
+        meta(mqc, name.clone(), group),
+        &name,
+        master_ip,
+        "remoting",
+        BROKER_PORT,
+    )
+}
+
+/// The EndpointSlice of a selectorless Service `service` that leads to one address (or to
+/// none): what the operator writes where it, not a pod selector, decides who serves.
+/// `metadata` names the slice; the service-name and managed-by labels are added.
+pub fn service_endpoints(
+    mut metadata: ObjectMeta,
+    service: &str,
+    ip: Option<std::net::IpAddr>,
+    port_name: &str,
+    port: i32,
+) -> EndpointSlice {
     let labels = metadata.labels.get_or_insert_with(Default::default);
-    labels.insert("kubernetes.io/service-name".into(), name);
+    labels.insert("kubernetes.io/service-name".into(), service.into());
     labels.insert(
         "endpointslice.kubernetes.io/managed-by".into(),
         ENDPOINTS_MANAGER.into(),
     );
     EndpointSlice {
         metadata,
-        address_type: match master_ip {
+        address_type: match ip {
             Some(std::net::IpAddr::V6(_)) => "IPv6".into(),
             _ => "IPv4".into(),
         },
-        endpoints: master_ip
+        endpoints: ip
             .map(|ip| Endpoint {
                 addresses: vec![ip.to_string()],
                 conditions: Some(EndpointConditions {
@@ -144,8 +163,8 @@ pub fn broker_master_endpoints(
             .into_iter()
             .collect(),
         ports: Some(vec![EndpointPort {
-            name: Some("remoting".into()),
-            port: Some(BROKER_PORT),
+            name: Some(port_name.into()),
+            port: Some(port),
             protocol: Some("TCP".into()),
             ..Default::default()
         }]),

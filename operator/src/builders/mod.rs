@@ -10,7 +10,7 @@ mod security;
 
 pub use broker::{
     broker_config_map, broker_headless_service, broker_master_endpoints, broker_master_service,
-    broker_pdb, broker_statefulset, ENDPOINTS_MANAGER,
+    broker_pdb, broker_statefulset, service_endpoints, ENDPOINTS_MANAGER,
 };
 pub use config::{broker_settings, render_broker_toml, BrokerRole, ConfigError};
 pub use nameserver::{

@@ -24,6 +24,12 @@ use tokio_util::sync::CancellationToken;
 use crate::builders::{self, ClusterSecret, OperatorEnv};
 use crate::crd::MessageQueueCluster;
 
+/// How long a cluster's brokers have to reach this operator replica after it opened the
+/// cluster's controller (it became leader, or restarted) before a master it has not heard from
+/// is replaced: the controller Service moving to this replica (kube-proxy syncs at most once a
+/// second) and the brokers' next heartbeat, with room for a loaded node.
+const TAKEOVER_GRACE: Duration = Duration::from_secs(10);
+
 /// A cluster's controller (a change of its spec'd [`ControllerConfig`] reopens it).
 struct Entry {
     /// The controller.
@@ -97,6 +103,7 @@ impl Failover {
         let config = ControllerConfig {
             detection: Duration::from_secs(spec.detection_seconds.max(1).into()),
             allow_unclean: spec.allow_unclean_promotion,
+            takeover_grace: TAKEOVER_GRACE,
         };
         let secret = env.cluster_secret.clone();
         if let Some(e) = self.entries().get_mut(&scope) {

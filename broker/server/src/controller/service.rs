@@ -38,6 +38,11 @@ pub struct ControllerConfig {
     pub detection: Duration,
     /// Elect outside the in-sync set when nobody in it is alive (loses acknowledged messages).
     pub allow_unclean: bool,
+    /// How long after this controller started a member it has not heard from yet still counts
+    /// as alive (never less than `detection`): the time brokers need to find a new or
+    /// restarted controller (a leader change of the operator: the Service moving to the new
+    /// leader, the brokers' next heartbeat) before their master is replaced for nothing.
+    pub takeover_grace: Duration,
 }
 
 impl Default for ControllerConfig {
@@ -45,6 +50,7 @@ impl Default for ControllerConfig {
         Self {
             detection: Duration::from_secs(4),
             allow_unclean: false,
+            takeover_grace: Duration::from_secs(4),
         }
     }
 }
@@ -509,7 +515,10 @@ impl Controller {
             .get(&(group.to_string(), id))
         {
             Some(h) => h.alive(now, self.config.detection),
-            None => now.duration_since(self.started) < self.config.detection,
+            None => {
+                now.duration_since(self.started)
+                    < self.config.detection.max(self.config.takeover_grace)
+            }
         }
     }
 
@@ -641,12 +650,33 @@ mod tests {
         }
     }
 
+    #[test]
+    fn a_member_unheard_since_the_start_counts_as_alive_for_the_takeover_grace() {
+        let open = |detection: u64, grace: u64| {
+            let config = ControllerConfig {
+                detection: Duration::from_secs(detection),
+                allow_unclean: false,
+                takeover_grace: Duration::from_secs(grace),
+            };
+            Controller::open(config, Box::<MemoryStore>::default()).unwrap()
+        };
+        let c = open(4, 10);
+        let at = |s: u64| c.started + Duration::from_secs(s);
+        assert!(c.is_alive("g", 0, at(9)));
+        assert!(!c.is_alive("g", 0, at(11)));
+        // Never less than the detection time.
+        let c = open(4, 1);
+        assert!(c.is_alive("g", 0, c.started + Duration::from_secs(3)));
+        assert!(!c.is_alive("g", 0, c.started + Duration::from_secs(5)));
+    }
+
     /// A group with master 0 (on connection 100) and in-sync slave 1 (on connection 101),
     /// under a detection time far longer than any test.
     fn group() -> Arc<Controller> {
         let config = ControllerConfig {
             detection: Duration::from_secs(3600),
             allow_unclean: false,
+            takeover_grace: Duration::ZERO,
         };
         let c = Arc::new(Controller::open(config, Box::<MemoryStore>::default()).unwrap());
         c.register("c", "g", 0, member(0), 0, Some(100)).unwrap();
