@@ -247,6 +247,32 @@ produce 200
 check "paused: the backlog grew to 205, the count stays 1" test "$(replicas deployment/orders-consumer)" = 1
 K annotate cas orders conveyor.dev/pause-reconciliation- >/dev/null
 wait_for 30 "unpaused: 205 / 10 capped at 8" has_replicas deployment/orders-consumer 8
+
+# One autoscaler per target (issue 27): a younger ConsumerAutoscaler on the same Deployment
+# holds, and so does the first while a HorizontalPodAutoscaler scales its target.
+autoscaler orders-2 'apps/v1|Deployment' orders-consumer orders-cg '{"targetBacklogPerReplica":1,"minReplicas":3,"maxReplicas":3}'
+second_held() { [ "$(cond orders-2 Active)" = "False/ConflictingAutoscaler" ]; }
+wait_for 30 "a second ConsumerAutoscaler on the same Deployment holds: Active=False ConflictingAutoscaler" second_held
+conflict_msg() { K get cas orders-2 -o jsonpath='{.status.conditions[?(@.type=="Active")].message}' | grep -q 'ConsumerAutoscaler orders already scales Deployment orders-consumer'; }
+check "its message names the autoscaler that has the target" conflict_msg
+check "the target keeps the first one's count (8, not the second's 3)" test "$(replicas deployment/orders-consumer)" = 8
+check "the first one is not held" test "$(cond orders Active)" != "False/ConflictingAutoscaler"
+K delete cas orders-2 >/dev/null
+K apply -f - >/dev/null <<'EOF2'
+apiVersion: autoscaling/v2
+kind: HorizontalPodAutoscaler
+metadata: {name: orders-hpa}
+spec:
+  scaleTargetRef: {apiVersion: apps/v1, kind: Deployment, name: orders-consumer}
+  minReplicas: 1
+  maxReplicas: 100
+  metrics: [{type: Resource, resource: {name: cpu, target: {type: Utilization, averageUtilization: 80}}}]
+EOF2
+hpa_held() { [ "$(cond orders Active)" = "False/ConflictingAutoscaler" ] && K get cas orders -o jsonpath='{.status.conditions[?(@.type=="Active")].message}' | grep -q 'HorizontalPodAutoscaler orders-hpa'; }
+wait_for 30 "an HPA on its target: the ConsumerAutoscaler holds (ConflictingAutoscaler, naming the HPA)" hpa_held
+K delete hpa orders-hpa >/dev/null
+hpa_gone() { [ "$(cond orders Active | cut -d/ -f2)" != ConflictingAutoscaler ]; }
+wait_for 30 "the HPA deleted: the ConsumerAutoscaler scales again" hpa_gone
 K delete cas orders >/dev/null
 gone() { ! K get cas orders >/dev/null 2>&1; }
 wait_for 20 "autoscaler deleted" gone
@@ -428,6 +454,12 @@ if [ -n "$KEDA_DIR" ] && [ -f "$KEDA_DIR/config/crd/bases/keda.sh_scaledobjects.
   wait_for 30 "ScaledObject written: maxReplicaCount = the 8 read queues, Prometheus trigger, no silent zero, owned" so_ok
   check "mode Keda leaves the Deployment to KEDA (still 8)" test "$(replicas deployment/orders-consumer)" = 8
   check "mode Keda without prometheus is refused (CEL)" bash -c "! kubectl patch cas keda --type json -p '[{\"op\":\"remove\",\"path\":\"/spec/prometheus\"}]' 2>/dev/null"
+  # Back to Native: the ScaledObject goes (KEDA would otherwise go on scaling the same target).
+  K patch cas keda --type merge -p '{"spec":{"mode":"Native"}}' >/dev/null
+  so_gone() { ! K get scaledobject keda >/dev/null 2>&1; }
+  wait_for 30 "mode Keda -> Native: the ScaledObject is deleted" so_gone
+  so_event() { K get events.events.k8s.io -o jsonpath='{range .items[*]}{.reason}{"\n"}{end}' | grep -qx ScaledObjectRemoved; }
+  wait_for 30 "a ScaledObjectRemoved event" so_event
 else
   skip "KEDA's module (github.com/kedacore/keda/v2) could not be downloaded: mode Keda not checked"
 fi

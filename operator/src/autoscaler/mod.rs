@@ -3,6 +3,7 @@
 //! a pure function ([`recommend`]), the status too ([`status`]); [`metrics`] reads, [`run`]
 //! applies.
 
+pub mod conflicts;
 pub mod keda;
 pub mod metrics;
 pub mod recommend;

@@ -10,8 +10,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::StreamExt;
+use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, DynamicObject, GroupVersionKind, Patch, PatchParams};
+use kube::api::{Api, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::{watcher, Controller};
 use kube::{Client, ResourceExt};
@@ -20,7 +21,7 @@ use super::metrics::{broker_backlog, default_query, prometheus_backlog, queue_ca
 use super::recommend::Decision;
 use super::recommend::{decide, Direction, Memory, Rules};
 use super::resource::{AutoscalerMode, ConsumerAutoscaler, ConsumerAutoscalerSpec};
-use super::status::{after_poll, held, Poll};
+use super::status::{after_poll, held, Hold, Poll};
 use crate::crd::PAUSE_ANNOTATION;
 use crate::reconcile::context::FIELD_MANAGER;
 
@@ -123,7 +124,7 @@ async fn poll(
         crate::reconcile::apply::apply_status(
             &api,
             &name,
-            &held(&old, generation, true, &why, now),
+            &held(&old, generation, Hold::Paused, &why, now),
         )
         .await?;
         return Ok(every);
@@ -140,12 +141,24 @@ async fn poll(
             crate::reconcile::apply::apply_status(
                 &api,
                 &name,
-                &held(&old, generation, false, &why, now),
+                &held(&old, generation, Hold::InvalidSpec, &why, now),
             )
             .await?;
             return Ok(every);
         }
     };
+    // One autoscaler per target: a younger one, or one beside a foreign HPA, holds (and takes
+    // its own ScaledObject away, so that KEDA does not scale for it either).
+    if let Some(why) = conflict(&ctx.client, &ns, &cas).await? {
+        remove_scaled_object(&ctx, &cas).await?;
+        crate::reconcile::apply::apply_status(
+            &api,
+            &name,
+            &held(&old, generation, Hold::Conflict, &why, now),
+        )
+        .await?;
+        return Ok(every);
+    }
     let scale = target.get_scale(&spec.scale_target_ref.name).await?;
     let current = scale.spec.and_then(|s| s.replicas).unwrap_or(0).max(0) as u32;
 
@@ -157,6 +170,8 @@ async fn poll(
     if spec.mode == AutoscalerMode::Keda {
         return keda_poll(&ctx, &cas, &api, current, backlog, cap, now).await;
     }
+    // Switched from Keda to Native: the ScaledObject (and KEDA's HPA with it) goes first.
+    remove_scaled_object(&ctx, &cas).await?;
     let uid = cas.uid().unwrap_or_default();
     let now_ms = now.as_millisecond();
     let (decision, failures, last_active_ms) = {
@@ -239,10 +254,7 @@ async fn keda_poll(
     if backlog.is_ok() {
         let cluster = spec.cluster_ref.as_ref().map(|c| c.name.as_str());
         let so = super::keda::scaled_object(cas, cap, cluster);
-        let gvk = GroupVersionKind::gvk("keda.sh", "v1alpha1", super::keda::KIND);
-        let resource = kube::api::ApiResource::from_gvk_with_plural(&gvk, "scaledobjects");
-        let objects: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), &ns, &resource);
-        if let Err(e) = objects
+        if let Err(e) = scaled_objects(&ctx.client, &ns)
             .patch(
                 &cas.name_any(),
                 &PatchParams::apply(FIELD_MANAGER).force(),
@@ -254,7 +266,7 @@ async fn keda_poll(
             crate::reconcile::apply::apply_status(
                 api,
                 &cas.name_any(),
-                &held(&old, cas.metadata.generation, false, &why, now),
+                &held(&old, cas.metadata.generation, Hold::InvalidSpec, &why, now),
             )
             .await?;
             return Ok(every);
@@ -282,6 +294,73 @@ async fn keda_poll(
     );
     crate::reconcile::apply::apply_status(api, &cas.name_any(), &status).await?;
     Ok(every)
+}
+
+/// Why `cas` must not scale its target ([`super::conflicts::conflict`] over the namespace's
+/// ConsumerAutoscalers and HPAs), if it must not.
+async fn conflict(
+    client: &Client,
+    ns: &str,
+    cas: &ConsumerAutoscaler,
+) -> Result<Option<String>, AutoscalerError> {
+    let lp = ListParams::default();
+    let autoscalers = Api::<ConsumerAutoscaler>::namespaced(client.clone(), ns)
+        .list(&lp)
+        .await?;
+    let hpas = Api::<HorizontalPodAutoscaler>::namespaced(client.clone(), ns)
+        .list(&lp)
+        .await?;
+    Ok(super::conflicts::conflict(
+        cas,
+        &autoscalers.items,
+        &hpas.items,
+    ))
+}
+
+/// The KEDA ScaledObject API of `ns`.
+fn scaled_objects(client: &Client, ns: &str) -> Api<DynamicObject> {
+    let gvk = GroupVersionKind::gvk("keda.sh", "v1alpha1", super::keda::KIND);
+    let resource = kube::api::ApiResource::from_gvk_with_plural(&gvk, "scaledobjects");
+    Api::namespaced_with(client.clone(), ns, &resource)
+}
+
+/// Deletes the ScaledObject `cas` wrote in mode Keda, if there is one (it is named after the
+/// autoscaler and controlled by it; anything else of that name is left alone). Without KEDA
+/// (no such resource) there is nothing to delete.
+async fn remove_scaled_object(
+    ctx: &AutoscalerContext,
+    cas: &ConsumerAutoscaler,
+) -> Result<(), AutoscalerError> {
+    let ns = cas.namespace().ok_or(AutoscalerError::NoNamespace)?;
+    let api = scaled_objects(&ctx.client, &ns);
+    let name = cas.name_any();
+    let Some(so) = api.get_opt(&name).await.or_else(|e| match e {
+        kube::Error::Api(ref s) if s.code == 404 => Ok(None),
+        e => Err(e),
+    })?
+    else {
+        return Ok(());
+    };
+    let ours = so
+        .owner_references()
+        .iter()
+        .any(|o| o.controller == Some(true) && Some(&o.uid) == cas.uid().as_ref());
+    if !ours {
+        return Ok(());
+    }
+    api.delete(&name, &Default::default()).await?;
+    tracing::info!(autoscaler = %name, namespace = %ns, "removed the KEDA ScaledObject: the operator scales now");
+    crate::events::record(
+        &ctx.client,
+        &ctx.instance,
+        cas,
+        false,
+        "ScaledObjectRemoved",
+        "Delete",
+        format!("ScaledObject {name} deleted: the autoscaler no longer runs in mode Keda"),
+    )
+    .await;
+    Ok(())
 }
 
 /// The backlog and (unless idle consumers are allowed) the queue cap. A cap that cannot be

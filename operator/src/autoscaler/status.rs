@@ -108,22 +108,38 @@ pub fn after_poll(
     }
 }
 
-/// The status while paused or while the spec cannot be carried out: the numbers stay, and
-/// `condition` says why nothing happens.
+/// Why an autoscaler leaves its target alone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Hold {
+    /// The pause annotation is set.
+    Paused,
+    /// The spec cannot be carried out (bad rules, an unknown target kind, no ScaledObject).
+    InvalidSpec,
+    /// Another autoscaler scales the same target ([`super::conflicts`]).
+    Conflict,
+}
+
+/// The status while held (see [`Hold`]): the numbers stay, and the `Active` condition says
+/// why nothing happens.
 pub fn held(
     old: &ConsumerAutoscalerStatus,
     generation: Option<i64>,
-    paused: bool,
+    hold: Hold,
     why: &str,
     now: Timestamp,
 ) -> ConsumerAutoscalerStatus {
+    let paused = hold == Hold::Paused;
     let mut conditions: Vec<Condition> = old
         .conditions
         .iter()
         .filter(|c| c.type_ != PAUSED && c.type_ != ACTIVE)
         .cloned()
         .collect();
-    let active_reason = if paused { "Paused" } else { "InvalidSpec" };
+    let active_reason = match hold {
+        Hold::Paused => "Paused",
+        Hold::InvalidSpec => "InvalidSpec",
+        Hold::Conflict => super::conflicts::CONFLICTING,
+    };
     conditions.insert(
         0,
         condition_of(
@@ -246,11 +262,11 @@ mod tests {
             ..Default::default()
         };
         let now = Timestamp::from_second(1).unwrap();
-        let s = held(&old, Some(1), true, "paused by annotation", now);
+        let s = held(&old, Some(1), Hold::Paused, "paused by annotation", now);
         assert_eq!(s.desired_replicas, Some(5));
         assert_eq!(get(&s, PAUSED).status, "True");
         assert_eq!(get(&s, ACTIVE).reason, "Paused");
-        let s = held(&s, Some(1), false, "bad behavior", now);
+        let s = held(&s, Some(1), Hold::InvalidSpec, "bad behavior", now);
         assert!(s.conditions.iter().all(|c| c.type_ != PAUSED));
         assert_eq!(get(&s, ACTIVE).reason, "InvalidSpec");
     }
