@@ -949,6 +949,37 @@ echo "    refused $(( $(date +%s) - USER_GONE_T0 )) s after the MessageQueueUser
 gone_secret() { ! K get secret pods-client >/dev/null 2>&1; }
 wait_for 60 "its credentials Secret is deleted with it" gone_secret
 
+# A bad image rolled out, then reverted in the manifest (issue 27). The operator rolls the
+# slave onto it first, where it cannot start (ErrImagePull), and the roll waits there: the
+# master keeps the good image. Reverting makes that pod an outdated one that cannot start,
+# which the operator restarts before anything else: the group heals with no pod deleted by
+# hand. (The name server, a StatefulSet with the default rolling update and Parallel pod
+# management, is replaced by the StatefulSet controller itself.) Last, as it moves the name
+# server's pod IP the clients above were given.
+echo "== real pods: a bad image, then reverted"
+wait_for 120 "both replicas in sync before the bad image" both_in_sync
+BI_MASTER=$(K get mqc pods -o jsonpath='{.status.groups[0].master}')
+case "$BI_MASTER" in pods-broker-0-0) BI_SLAVE=pods-broker-0-1 ;; *) BI_SLAVE=pods-broker-0-0 ;; esac
+revision_of() { K get pod "$1" -o jsonpath='{.metadata.labels.controller-revision-hash}'; }
+GOOD_REV=$(revision_of "$BI_MASTER")
+K patch mqc pods --type merge -p '{"spec":{"image":"conveyor.invalid/conveyor:no-such-tag"}}' >/dev/null
+waiting_reason() { K get pod "$1" -o jsonpath='{.status.containerStatuses[0].state.waiting.reason}' 2>/dev/null; }
+bad_slave() { [[ "$(waiting_reason "$BI_SLAVE")" =~ ^(ErrImagePull|ImagePullBackOff)$ ]]; }
+wait_for 180 "the roll restarted the slave $BI_SLAVE onto the bad image, where it cannot start" bad_slave
+check "the master $BI_MASTER still runs the good revision (the roll waits for the unready slave)" \
+  test "$(revision_of "$BI_MASTER")" = "$GOOD_REV"
+K patch mqc pods --type merge -p "{\"spec\":{\"image\":\"$IMAGE\"}}" >/dev/null
+healed() {
+  local rev; rev=$(K get sts pods-broker-0 -o jsonpath='{.status.updateRevision}')
+  [ "$(revision_of "$BI_SLAVE")" = "$rev" ] && [ "$(revision_of "$BI_MASTER")" = "$rev" ] &&
+    [ "$(K get pod "$BI_SLAVE" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}')" = True ] && both_in_sync
+}
+wait_for 240 "reverted: the operator restarted the stuck slave, both replicas run the good image and are in sync" healed
+check "the master was not restarted ($BI_MASTER, same revision)" test "$(revision_of "$BI_MASTER")" = "$GOOD_REV"
+ns_ready() { [ "$(K get pod pods-namesrv-0 -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}')" = True ]; }
+wait_for 180 "the name server pod is Ready again on the good image" ns_ready
+grep -a "rolling restart: deleting the pod" "$D/operator.log" | sed 's/\x1b\[[0-9;]*m//g' | tail -n 2 | cut -c1-200 | sed 's/^/    /'
+
 # A check that ends the Java section early (an expansion error aborts the whole compound
 # command) must not pass for a run of every check.
 [ "${JAVA_DONE:-}" = 1 ] || bad "the Java client section did not run to its end"

@@ -43,6 +43,43 @@ pub struct PodState {
     /// Its zone annotation (`conveyor.dev/zone`), once the operator set it (`""`: the node
     /// names no zone).
     pub zone: Option<String>,
+    /// It cannot start as it is (see [`STUCK_REASONS`], or unschedulable): it serves nobody,
+    /// and only a new pod can pick up a corrected template.
+    pub stuck: bool,
+}
+
+/// Why a container waiting to start will not start without a change: a bad image or a
+/// configuration the kubelet cannot run, or a crash loop.
+pub const STUCK_REASONS: &[&str] = &[
+    "CrashLoopBackOff",
+    "ImagePullBackOff",
+    "ErrImagePull",
+    "ErrImageNeverPull",
+    "InvalidImageName",
+    "CreateContainerConfigError",
+    "CreateContainerError",
+    "RunContainerError",
+];
+
+/// Whether `pod` is stuck: a container (or init container) waits for one of
+/// [`STUCK_REASONS`], or the scheduler found no node for it.
+fn is_stuck(pod: &Pod) -> bool {
+    let Some(status) = &pod.status else {
+        return false;
+    };
+    let waiting = status
+        .container_statuses
+        .iter()
+        .chain(status.init_container_statuses.iter())
+        .flatten()
+        .filter_map(|c| c.state.as_ref()?.waiting.as_ref()?.reason.as_deref())
+        .any(|reason| STUCK_REASONS.contains(&reason));
+    let unschedulable = status.conditions.iter().flatten().any(|c| {
+        c.type_ == "PodScheduled"
+            && c.status == "False"
+            && c.reason.as_deref() == Some("Unschedulable")
+    });
+    waiting || unschedulable
 }
 
 impl PodState {
@@ -67,6 +104,7 @@ impl PodState {
                 .annotations()
                 .get(crate::builders::ZONE_ANNOTATION)
                 .cloned(),
+            stuck: is_stuck(pod),
             name,
         })
     }
@@ -161,6 +199,20 @@ pub fn next_step(
     let present = |ordinal: i32| pods.iter().any(|p| p.ordinal == ordinal);
     if let Some(missing) = (0..want).find(|o| !present(*o)) {
         return RollStep::Wait(format!("pod ordinal {missing} does not exist yet"));
+    }
+    // A pod of an older revision that cannot start (a bad image, a crash loop, no node for
+    // it) serves nobody, and under OnDelete nothing but a restart gives it the current
+    // template: restart it first, whatever else is unready (Strimzi's roller does the same).
+    // This is how reverting a bad change in Git heals a group without deleting pods by hand.
+    // A stuck pod of the current revision is left alone: the change itself is bad, and the
+    // pods still running the previous revision must not follow it.
+    if let Some(p) = outdated.iter().find(|p| p.stuck) {
+        let master = decided.and_then(|g| g.master) == Some(i64::from(p.ordinal));
+        return RollStep::Restart {
+            pod: p.name.clone(),
+            uid: p.uid.clone(),
+            master,
+        };
     }
     if let Some(p) = pods.iter().find(|p| p.ordinal < want && !p.ready) {
         return RollStep::Wait(format!("{} is not ready", p.name));
@@ -264,6 +316,7 @@ mod tests {
             ip: None,
             node: None,
             zone: None,
+            stuck: false,
         }
     }
 
@@ -282,6 +335,85 @@ mod tests {
             uid: Some(format!("uid-{ordinal}")),
             master: false,
         }
+    }
+
+    #[test]
+    fn a_stuck_pod_of_an_old_revision_restarts_first_whatever_else_waits() {
+        // A bad image reached g-1, then was reverted: g-1 is stuck on the bad revision, g-0
+        // (master) runs the restored one.
+        let s = sts(2);
+        let g = group(0, &[0]);
+        let mut pods = vec![pod(0, "new"), pod(1, "bad")];
+        pods[1].ready = false;
+        pods[1].stuck = true;
+        assert_eq!(next_step(&s, &pods, Some(&g), None), restart(1));
+        // Even before any replica registered, and right after a master change.
+        assert_eq!(
+            next_step(&s, &pods, None, Some(Duration::from_secs(1))),
+            restart(1)
+        );
+    }
+
+    #[test]
+    fn a_stuck_pod_of_the_current_revision_holds_the_roll() {
+        // The bad change itself: g-1 already runs it and is stuck; g-0 must not follow.
+        let s = sts(2);
+        let g = group(0, &[0]);
+        let mut pods = vec![pod(0, "old"), pod(1, "new")];
+        pods[1].ready = false;
+        pods[1].stuck = true;
+        assert_eq!(
+            next_step(&s, &pods, Some(&g), None),
+            RollStep::Wait("g-1 is not ready".into())
+        );
+    }
+
+    #[test]
+    fn stuck_means_a_container_that_cannot_start_or_no_node() {
+        use k8s_openapi::api::core::v1::{
+            ContainerState, ContainerStateWaiting, ContainerStatus, PodCondition, PodStatus,
+        };
+        let waiting = |reason: &str| Pod {
+            metadata: ObjectMeta {
+                name: Some("g-1".into()),
+                ..Default::default()
+            },
+            status: Some(PodStatus {
+                container_statuses: Some(vec![ContainerStatus {
+                    name: "broker".into(),
+                    state: Some(ContainerState {
+                        waiting: Some(ContainerStateWaiting {
+                            reason: Some(reason.into()),
+                            ..Default::default()
+                        }),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        assert!(PodState::of(&waiting("ImagePullBackOff")).unwrap().stuck);
+        assert!(PodState::of(&waiting("CrashLoopBackOff")).unwrap().stuck);
+        assert!(!PodState::of(&waiting("ContainerCreating")).unwrap().stuck);
+        let unschedulable = Pod {
+            metadata: ObjectMeta {
+                name: Some("g-1".into()),
+                ..Default::default()
+            },
+            status: Some(PodStatus {
+                conditions: Some(vec![PodCondition {
+                    type_: "PodScheduled".into(),
+                    status: "False".into(),
+                    reason: Some("Unschedulable".into()),
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        assert!(PodState::of(&unschedulable).unwrap().stuck);
     }
 
     #[test]

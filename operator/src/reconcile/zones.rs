@@ -91,6 +91,7 @@ mod tests {
             ip: None,
             node: node.map(String::from),
             zone: zone.map(String::from),
+            stuck: false,
         }
     }
 
