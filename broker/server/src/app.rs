@@ -196,6 +196,20 @@ pub async fn start(mut cfg: AppConfig) -> Result<Running, StartError> {
         shutdown: shutdown.clone(),
         tasks: JoinSet::new(),
     };
+    // The probes' port opens first: a broker's store recovery can take minutes (a large log
+    // after a crash), and meanwhile /healthz says the process is alive and /readyz that it is
+    // still recovering, so no liveness probe kills a recovery that would have finished.
+    let opened = matches!(cfg.role, Role::Broker | Role::Standalone)
+        .then(|| Arc::new(std::sync::OnceLock::new()));
+    if let Some(http) = cfg.http_listen {
+        let listener = bind(http).await?;
+        running.http_addr = listener.local_addr().ok();
+        let state = HealthState {
+            broker: opened.clone(),
+            resource_labels: cfg.http_resource_labels,
+        };
+        tasks.spawn(health::serve(listener, state, shutdown.clone()));
+    }
     if cfg.role == Role::Controller {
         let listener = bind(cfg.controller_listen).await?;
         let addr = listener.local_addr().map_err(|source| StartError::Bind {
@@ -299,6 +313,9 @@ pub async fn start(mut cfg: AppConfig) -> Result<Running, StartError> {
             .map_err(|_| StartError::Panicked)??;
         running.broker_addr = Some(addr);
         running.broker = Some(broker.clone());
+        if let Some(opened) = &opened {
+            let _ = opened.set(broker.clone());
+        }
         tasks.spawn(broker.clone().run_background(shutdown.clone()));
         tasks.spawn(broker.clone().run_schedule(shutdown.clone()));
         tasks.spawn(broker.clone().run_timer(shutdown.clone()));
@@ -339,15 +356,6 @@ pub async fn start(mut cfg: AppConfig) -> Result<Running, StartError> {
                 shutdown.clone(),
             ));
         }
-    }
-    if let Some(http) = cfg.http_listen {
-        let listener = bind(http).await?;
-        running.http_addr = listener.local_addr().ok();
-        let state = HealthState {
-            broker: running.broker.clone(),
-            resource_labels: cfg.http_resource_labels,
-        };
-        tasks.spawn(health::serve(listener, state, shutdown.clone()));
     }
     running.tasks = tasks;
     Ok(running)

@@ -1,8 +1,9 @@
-//! The HTTP side port for Kubernetes probes and Prometheus: `/healthz` (the process serves),
-//! `/readyz` (store open and registered with a name server) and `/metrics`.
+//! The HTTP side port for Kubernetes probes and Prometheus: `/healthz` (the process serves;
+//! also while the store recovers), `/readyz` (store open and registered with a name server)
+//! and `/metrics`.
 
 use std::convert::Infallible;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use http_body_util::Full;
 use hyper::body::{Bytes, Incoming};
@@ -23,8 +24,10 @@ const NODE_LABELS: [&str; 3] = ["cluster", "node_type", "node_id"];
 /// What the probes look at.
 #[derive(Clone)]
 pub struct HealthState {
-    /// The broker, when this process runs one (a name server alone is ready once listening).
-    pub broker: Option<Arc<Broker>>,
+    /// The broker once its store is open, when this process runs one: `None` for a name
+    /// server or controller alone (ready once listening), an empty cell while the store
+    /// recovers (alive, not ready).
+    pub broker: Option<Arc<OnceLock<Arc<Broker>>>>,
     /// Whether series name topics and consumer groups (`[http] resource-labels`).
     pub resource_labels: bool,
 }
@@ -42,7 +45,9 @@ impl HealthState {
     /// Why the process must not take traffic, if it must not: the store's flush failed (it
     /// refuses writes until reopened), or the broker is not registered yet.
     fn not_ready(&self) -> Option<String> {
-        let b = self.broker.as_ref()?;
+        let Some(b) = self.broker.as_ref()?.get() else {
+            return Some("store recovering\n".to_string());
+        };
         if let Some(error) = b.store().flush_failure() {
             return Some(format!(
                 "store refuses writes: commit log flush failed: {error}\n"
@@ -54,7 +59,7 @@ impl HealthState {
     /// Why the process should be restarted, if it should: a failed flush is cleared only by
     /// reopening the store (recovery re-verifies the log), which a restart does.
     fn not_live(&self) -> Option<String> {
-        let error = self.broker.as_ref()?.store().flush_failure()?;
+        let error = self.broker.as_ref()?.get()?.store().flush_failure()?;
         Some(format!(
             "commit log flush failed, restart to re-verify the store: {error}\n"
         ))
@@ -64,7 +69,7 @@ impl HealthState {
     /// store's positions (a fresh registry per scrape keeps the broker free of metric state).
     fn metrics(&self) -> String {
         use prometheus::{Encoder, IntCounter, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder};
-        let Some(b) = &self.broker else {
+        let Some(b) = self.broker.as_ref().and_then(|b| b.get()) else {
             return String::new();
         };
         let registry = Registry::new();

@@ -338,3 +338,60 @@ async fn metrics_without_resource_labels_name_no_topic_or_group() {
     assert!(sent >= 3.0, "{body}");
     assert!(!body.contains("rocketmq_consumer_lag_messages"), "{body}");
 }
+
+/// A store's recovery can take minutes (a large log after a crash): the probe port answers
+/// from the start, `/healthz` alive and `/readyz` "store recovering", so no liveness probe
+/// kills a recovery that would have finished. Here the recovery is held at its first read for
+/// as long as the test likes: the store's checkpoint is a FIFO nobody writes yet.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_probes_answer_while_the_store_recovers() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut cfg = config(dir.path());
+    // The port is needed before `start` returns: take a free one.
+    let http = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("free port");
+    cfg.http_listen = Some(http);
+    let checkpoint = cfg.store.root.join("checkpoint");
+    std::fs::create_dir_all(&cfg.store.root).expect("store root");
+    let path = std::ffi::CString::new(checkpoint.to_str().expect("utf-8 path")).expect("path");
+    // SAFETY: a valid NUL-terminated path; mkfifo only creates the file.
+    assert_eq!(unsafe { libc::mkfifo(path.as_ptr(), 0o600) }, 0, "mkfifo");
+    let started = tokio::spawn(app::start(cfg));
+
+    wait_until("/readyz says the store is recovering", DEADLINE, || async move {
+        matches!(http_get(http, "/readyz").await, Ok((503, body)) if body.contains("store recovering"))
+    })
+    .await;
+    // However long it lasts: alive all along, never ready, and the start has not returned.
+    for _ in 0..20 {
+        let (status, body) = http_get(http, "/healthz").await.expect("healthz");
+        assert_eq!(status, 200, "{body}");
+        let (status, _) = http_get(http, "/readyz").await.expect("readyz");
+        assert_eq!(status, 503);
+        assert!(
+            !started.is_finished(),
+            "the store opened while its recovery was held"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    // Let the recovery go on: an empty checkpoint (recover from the start).
+    tokio::task::spawn_blocking(move || {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&checkpoint)
+            .expect("open the FIFO for writing")
+    })
+    .await
+    .expect("writer");
+    let running = started.await.expect("start task").expect("start");
+    assert_eq!(running.http_addr, Some(http));
+    wait_until(
+        "/readyz answers 200 once the store is open and registered",
+        DEADLINE,
+        || async move { matches!(http_get(http, "/readyz").await, Ok((200, _))) },
+    )
+    .await;
+    running.stop().await;
+}
