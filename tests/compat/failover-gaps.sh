@@ -78,17 +78,8 @@ fi
 printf '[controller]\n%s\n' "$CONTROLLER_KEYS" >"$WORK/controller.toml"
 printf '[store]\nflush-mode = "sync"\nsegment-size = 16777216\n[replication]\n%s\n' "$REPLICATION_KEYS" >"$WORK/broker.toml"
 
-start_controller() {
-  ("$BIN" controller --config "$WORK/controller.toml" --data-dir "$WORK/controller" \
-    --listen "$CONTROLLER" --http-listen "$GW:${PORT[controller_http]}" >>"$WORK/controller.log" 2>&1 &
-  echo $! >"$WORK/controller.pid")
-  wait_http "$GW:${PORT[controller_http]}" controller
-}
-start_namesrv() {
-  ("$BIN" namesrv --listen "$NAMESRV" --http-listen "$GW:${PORT[namesrv_http]}" >>"$WORK/namesrv.log" 2>&1 &
-  echo $! >"$WORK/namesrv.pid")
-  wait_http "$GW:${PORT[namesrv_http]}" namesrv
-}
+# The controller's and name server's HTTP ports on the bridge, like everything else here.
+HTTP_HOST="$GW"
 start_broker() { # id: in its own namespace, at its host's address
   local id=$1 ip=${HOST_IP[$1]}
   (ip netns exec "${TAG}h$id" "$BIN" broker --config "$WORK/broker.toml" --data-dir "$WORK/b$id" \

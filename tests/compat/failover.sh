@@ -76,18 +76,6 @@ max-time-not-caught-up-ms = 4000
 EOF
 
 
-start_controller() {
-  # Started from a subshell, so that the shell does not report the processes it kills.
-  ("$BIN" controller --config "$WORK/controller.toml" --data-dir "$WORK/controller" \
-    --listen "$CONTROLLER" --http-listen "127.0.0.1:${PORT[controller_http]}" >>"$WORK/controller.log" 2>&1 &
-  echo $! >"$WORK/controller.pid")
-  wait_http "${PORT[controller_http]}" controller
-}
-start_namesrv() {
-  ("$BIN" namesrv --listen "$NAMESRV" --http-listen "127.0.0.1:${PORT[namesrv_http]}" >>"$WORK/namesrv.log" 2>&1 &
-  echo $! >"$WORK/namesrv.pid")
-  wait_http "${PORT[namesrv_http]}" namesrv
-}
 start_broker() { # id
   local id=$1
   ("$BIN" broker --config "$WORK/broker.toml" --data-dir "$WORK/b$id" --namesrv-addr "$NAMESRV" \

@@ -27,6 +27,25 @@ conveyor_binary() {
   fi
 }
 
+# start_controller, start_namesrv: `conveyor controller` (configured by $WORK/controller.toml,
+# listening at $CONTROLLER) and `conveyor namesrv` (at $NAMESRV), their HTTP ports
+# ${PORT[controller_http]} and ${PORT[namesrv_http]} on $HTTP_HOST (default 127.0.0.1); logs and
+# pid files in $WORK. Started from a subshell, so that the shell does not report the processes
+# it kills. Each returns once its /readyz answers.
+start_controller() {
+  local at="${HTTP_HOST:-127.0.0.1}:${PORT[controller_http]}"
+  ("$BIN" controller --config "$WORK/controller.toml" --data-dir "$WORK/controller" \
+    --listen "$CONTROLLER" --http-listen "$at" >>"$WORK/controller.log" 2>&1 &
+  echo $! >"$WORK/controller.pid")
+  wait_http "$at" controller
+}
+start_namesrv() {
+  local at="${HTTP_HOST:-127.0.0.1}:${PORT[namesrv_http]}"
+  ("$BIN" namesrv --listen "$NAMESRV" --http-listen "$at" >>"$WORK/namesrv.log" 2>&1 &
+  echo $! >"$WORK/namesrv.pid")
+  wait_http "$at" namesrv
+}
+
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'; }
 
 # replication: the controller's view of broker-a, "MASTER IN_SYNC_COUNT" (MASTER -1 when none);

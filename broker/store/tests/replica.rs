@@ -261,24 +261,40 @@ fn a_fresh_slave_starts_at_the_masters_first_segment() {
     let slave = open(s_dir.path());
     slave.start_empty_at(start).unwrap();
     assert_eq!(slave.commit_log_max_offset(), start);
-    replicate(&master, &slave, 300_000);
+    copies_from(&master, slave, s_dir.path(), start, |slave| {
+        // Once it holds records, it cannot be moved.
+        assert!(slave.start_empty_at(start + segment).is_err());
+    });
+}
+
+/// Replicates `master` into `slave` (started empty at `start`, a segment of the master) and
+/// checks the copy: the same bytes from `start` on, queues serving only what the master
+/// serves with the master's ends and nothing below `start`, `more` checks, and the same
+/// contents after a reopen of `slave_dir`.
+fn copies_from(
+    master: &MessageStore,
+    slave: MessageStore,
+    slave_dir: &Path,
+    start: u64,
+    more: impl FnOnce(&MessageStore),
+) {
+    replicate(master, &slave, 300_000);
     let end = master.commit_log_max_offset();
-    assert!(log_bytes(&master, start, end) == log_bytes(&slave, start, end));
-    let m = contents(&master);
+    assert!(log_bytes(master, start, end) == log_bytes(&slave, start, end));
+    let m = contents(master);
     let s = contents(&slave);
     assert!(!s.is_empty());
     assert!(
         s.iter().all(|(k, v)| m.get(k) == Some(v)),
-        "the slave serves what the master does not"
+        "the replica serves what the master does not"
     );
     for q in 0..QUEUES {
         assert_eq!(slave.max_offset(TOPIC, q), master.max_offset(TOPIC, q));
         assert!(slave.min_offset(TOPIC, q) > 0);
     }
-    // Once it holds records, it cannot be moved.
-    assert!(slave.start_empty_at(start + segment).is_err());
+    more(&slave);
     drop(slave);
-    let slave = open(s_dir.path());
+    let slave = open(slave_dir);
     assert_eq!(contents(&slave), s);
 }
 
@@ -307,22 +323,5 @@ fn a_replica_holding_records_can_start_again_at_the_masters_first_segment() {
     slave.start_empty_at(start).unwrap();
     assert_eq!(slave.commit_log_min_offset(), start);
     assert_eq!(slave.commit_log_max_offset(), start);
-    replicate(&master, &slave, 300_000);
-
-    let end = master.commit_log_max_offset();
-    assert!(log_bytes(&master, start, end) == log_bytes(&slave, start, end));
-    let m = contents(&master);
-    let s = contents(&slave);
-    assert!(!s.is_empty());
-    assert!(
-        s.iter().all(|(k, v)| m.get(k) == Some(v)),
-        "the replica serves what the master does not"
-    );
-    for q in 0..QUEUES {
-        assert_eq!(slave.max_offset(TOPIC, q), master.max_offset(TOPIC, q));
-        assert!(slave.min_offset(TOPIC, q) > 0);
-    }
-    drop(slave);
-    let slave = open(s_dir.path());
-    assert_eq!(contents(&slave), s);
+    copies_from(&master, slave, s_dir.path(), start, |_| {});
 }
