@@ -64,7 +64,8 @@ pub fn controller_endpoints(service: &Service, ip: IpAddr, port: u16) -> Endpoin
 /// How often the slice is written again while this replica leads (someone may have changed it).
 const REASSERT: Duration = Duration::from_secs(30);
 
-/// How soon a failed write is tried again.
+/// How soon a failed write is tried again first; each further failure doubles it, up to
+/// [`REASSERT`] (a refusal that lasts, such as a bad address, is not logged every second).
 const RETRY: Duration = Duration::from_secs(1);
 
 /// The field manager of the controller Service's EndpointSlice.
@@ -82,6 +83,7 @@ pub async fn publish(
     let services: Api<Service> = Api::namespaced(client.clone(), &endpoint.namespace);
     let slices: Api<EndpointSlice> = Api::namespaced(client, &endpoint.namespace);
     let mut published = false;
+    let mut retry = RETRY;
     loop {
         let written = match services.get(&endpoint.service).await {
             Ok(service) => {
@@ -108,6 +110,7 @@ pub async fn publish(
                     );
                     published = true;
                 }
+                retry = RETRY;
                 REASSERT
             }
             Err(e) => {
@@ -116,7 +119,9 @@ pub async fn publish(
                     error = %e,
                     "cannot point the controller Service at this replica"
                 );
-                RETRY
+                let pause = retry;
+                retry = (retry * 2).min(REASSERT);
+                pause
             }
         };
         tokio::select! {

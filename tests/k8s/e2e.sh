@@ -138,17 +138,18 @@ sed -e "s/token: admin-token/token: $SA_TOKEN/" "$KUBECONFIG" > "$D/kubeconfig-s
 check "ServiceAccount cannot list secrets or exec into pods" bash -c \
   "[ \"\$(kubectl --kubeconfig '$D/kubeconfig-sa' auth can-i list secrets -A)\" = no ] && [ \"\$(kubectl --kubeconfig '$D/kubeconfig-sa' auth can-i create pods/exec -A)\" = no ]"
 # The operator's replication controller (failover) on a free loopback port, given to brokers as is;
-# as leader it points the chart's controller Service at itself ("pod IP" 127.0.0.1).
+# as leader it points the chart's controller Service at itself (a "pod IP" from TEST-NET-1: the API
+# server refuses loopback addresses in EndpointSlices; nothing connects through it here).
 CP=$(free_port)
 CONTROLLER_FLAGS=(--controller-listen "127.0.0.1:$CP" --controller-advertise "127.0.0.1:$CP"
   --controller-service conveyor-operator-controller)
-POD_IP=127.0.0.1 KUBECONFIG="$D/kubeconfig-sa" "$OPERATOR" run --lease-namespace "$OPNS" --identity e2e-operator "${CONTROLLER_FLAGS[@]}" > "$D/operator.log" 2>&1 &
+POD_IP=192.0.2.10 KUBECONFIG="$D/kubeconfig-sa" "$OPERATOR" run --lease-namespace "$OPNS" --identity e2e-operator "${CONTROLLER_FLAGS[@]}" > "$D/operator.log" 2>&1 &
 OP_PID=$!; PIDS+=("$OP_PID")
 check "the chart's controller Service has no selector (only the leader may serve brokers)" test \
   -z "$(K get svc conveyor-operator-controller -n "$OPNS" -o jsonpath='{.spec.selector}')"
 leader_slice() {
   [ "$(K get endpointslice conveyor-operator-controller -n "$OPNS" -o jsonpath='{.endpoints[*].addresses[*]}:{.ports[0].name}/{.ports[0].port}|{.metadata.ownerReferences[0].kind}/{.metadata.ownerReferences[0].uid}|{.metadata.labels.kubernetes\.io/service-name}')" = \
-    "127.0.0.1:controller/$CP|Service/$(K get svc conveyor-operator-controller -n "$OPNS" -o jsonpath='{.metadata.uid}')|conveyor-operator-controller" ]
+    "192.0.2.10:controller/$CP|Service/$(K get svc conveyor-operator-controller -n "$OPNS" -o jsonpath='{.metadata.uid}')|conveyor-operator-controller" ]
 }
 wait_for 30 "the leader points the controller Service's EndpointSlice at itself (chart RBAC suffices; owned by the Service)" leader_slice
 
@@ -449,14 +450,14 @@ wait_for 120 "operator reconciles after the restart" cm_has sync
 check "operator process still running" kill -0 "$OP_PID"
 
 echo "-- second operator replica stays follower"
-POD_IP=127.0.0.2 KUBECONFIG="$D/kubeconfig-sa" "$OPERATOR" run --lease-namespace "$OPNS" --identity e2e-operator-2 "${CONTROLLER_FLAGS[@]}" > "$D/operator2.log" 2>&1 &
+POD_IP=192.0.2.11 KUBECONFIG="$D/kubeconfig-sa" "$OPERATOR" run --lease-namespace "$OPNS" --identity e2e-operator-2 "${CONTROLLER_FLAGS[@]}" > "$D/operator2.log" 2>&1 &
 OP2=$!; PIDS+=("$OP2"); sleep 6
 check "lease still held by the first replica" test "$(K get lease -n "$OPNS" conveyor-operator-leader -o jsonpath='{.spec.holderIdentity}')" = e2e-operator
 kill "$OP_PID"; wait "$OP_PID" 2>/dev/null || true
 takeover() { [ "$(K get lease -n "$OPNS" conveyor-operator-leader -o jsonpath='{.spec.holderIdentity}')" = e2e-operator-2 ]; }
 wait_for 40 "second replica takes over after the first stops" takeover
-slice_moved() { [ "$(K get endpointslice conveyor-operator-controller -n "$OPNS" -o jsonpath='{.endpoints[*].addresses[*]}')" = 127.0.0.2 ]; }
-wait_for 30 "the controller Service's EndpointSlice now leads to the new leader only (127.0.0.2)" slice_moved
+slice_moved() { [ "$(K get endpointslice conveyor-operator-controller -n "$OPNS" -o jsonpath='{.endpoints[*].addresses[*]}')" = 192.0.2.11 ]; }
+wait_for 30 "the controller Service's EndpointSlice now leads to the new leader only (192.0.2.11)" slice_moved
 K patch mqc demo --type merge -p '{"spec":{"broker":{"flushMode":"Async"}}}' >/dev/null
 wait_for 60 "new leader reconciles" cm_has async
 if [ -x "$CONVEYOR_BIN" ]; then
