@@ -756,6 +756,17 @@ mod tests {
         }
     }
 
+    /// `state` after its switch to the next CA at [`NOW`] (no CA is made by a switch).
+    fn switched_at_now(state: CaState) -> CaState {
+        advance(
+            state,
+            CaAction::SwitchToNext,
+            NOW,
+            &mut || -> Result<Ca, ()> { unreachable!() },
+        )
+        .unwrap()
+    }
+
     fn settled(current: Ca) -> CaState {
         CaState {
             current: Some(current),
@@ -827,13 +838,7 @@ mod tests {
         });
         assert_eq!(ca_step(&state, NOW - 1), CaAction::Keep);
         assert_eq!(ca_step(&state, NOW), CaAction::SwitchToNext);
-        let switched = advance(
-            state,
-            CaAction::SwitchToNext,
-            NOW,
-            &mut || -> Result<Ca, ()> { unreachable!() },
-        )
-        .unwrap();
+        let switched = switched_at_now(state);
         assert_eq!(switched.current.as_ref().unwrap().cert, ca("b", None).cert);
         let previous = switched.previous.as_ref().unwrap();
         assert_eq!(previous.cert, ca("a", None).cert);
@@ -1193,13 +1198,7 @@ mod tests {
         assert!(verifies(&bundle, &under_new, broker));
         assert!(!verifies(&old.cert, &under_new, broker));
         // After the switch the retired CA still vouches for what it signed.
-        let switched = advance(
-            state,
-            CaAction::SwitchToNext,
-            NOW,
-            &mut || -> Result<Ca, ()> { unreachable!() },
-        )
-        .unwrap();
+        let switched = switched_at_now(state);
         let bundle = trust_bundle(&switched, NOW);
         assert!(verifies(&bundle, &under_old, broker));
         assert!(verifies(&bundle, &under_new, broker));
