@@ -64,6 +64,37 @@ pub struct MessageQueueClusterSpec {
     /// TLS, access control and network isolation.
     #[serde(default, skip_serializing_if = "SecuritySpec::is_default")]
     pub security: SecuritySpec,
+    /// Settings of every name-server and broker pod (Strimzi's `template.pod`).
+    #[serde(default, skip_serializing_if = "PodTemplate::is_empty")]
+    pub pod_template: PodTemplate,
+}
+
+/// What a platform team sets on every pod of the cluster: labels and annotations its policies
+/// and tools look for, a PriorityClass, and how long a pod may take to stop.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PodTemplate {
+    /// Labels added to every pod (the operator's own labels win over one of the same key).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
+    /// Annotations added to every pod (the operator's own win over one of the same key).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub annotations: BTreeMap<String, String>,
+    /// The pods' PriorityClass (it must exist).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority_class_name: Option<String>,
+    /// Seconds a pod may take to stop after SIGTERM before it is killed. Default: 60 for
+    /// brokers (flush, unregister, hand writes over), 30 for name servers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 3600))]
+    pub termination_grace_period_seconds: Option<i64>,
+}
+
+impl PodTemplate {
+    /// True when nothing is set.
+    pub fn is_empty(&self) -> bool {
+        *self == Self::default()
+    }
 }
 
 /// TLS, access control (RocketMQ's ACL) and network isolation of a cluster.

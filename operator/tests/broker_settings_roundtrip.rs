@@ -97,6 +97,7 @@ fn cluster(
             placement: Placement::default(),
             service: ServiceExposure::default(),
             security: Default::default(),
+            pod_template: Default::default(),
         },
     );
     mqc.metadata.namespace = Some("mq".into());

@@ -466,6 +466,15 @@ if [ -x "$CONVEYOR_BIN" ]; then
   check "the broker is still ready (registered with the new leader)" quiet curl -sf "http://127.0.0.1:$HP/readyz"
 fi
 
+echo "-- pod template: labels, annotations, PriorityClass and grace period on every pod"
+K patch mqc demo --type merge -p '{"spec":{"podTemplate":{"labels":{"team":"payments","app.kubernetes.io/name":"not-conveyor"},"annotations":{"policy.example.com/tier":"gold"},"priorityClassName":"system-cluster-critical","terminationGracePeriodSeconds":120}}}' >/dev/null
+templated() {
+  [ "$(K get sts demo-broker-0 -o jsonpath='{.spec.template.metadata.labels.team}/{.spec.template.metadata.labels.app\.kubernetes\.io/name}/{.spec.template.metadata.annotations.policy\.example\.com/tier}/{.spec.template.spec.priorityClassName}/{.spec.template.spec.terminationGracePeriodSeconds}')" = \
+    "payments/conveyor/gold/system-cluster-critical/120" ] &&
+    [ "$(K get sts demo-namesrv -o jsonpath='{.spec.template.metadata.labels.team}/{.spec.template.spec.terminationGracePeriodSeconds}')" = payments/120 ]
+}
+wait_for 60 "spec.podTemplate reaches the broker and name-server pod templates (the operator's labels win), accepted by the API server" templated
+
 echo "-- the controller state is compare-and-set (two controllers on one ConfigMap)"
 check "cargo test controller_state against the API server" quiet \
   cargo test -q -p conveyor-operator --test controller_state -- --ignored

@@ -26,8 +26,9 @@ use crate::crd::MessageQueueCluster;
 use super::common::OperatorEnv;
 use super::common::{
     common_pod_spec, container_ports, container_security, field_env, hash, http_probe, labels,
-    names, namespace, owner_reference, selector_labels, Component, BROKER_PORT, CONFIG_DIR,
-    CONFIG_HASH_ANNOTATION, CONVEYOR_BIN, DATA_DIR, POD_INFO_DIR, ZONE_ANNOTATION,
+    names, namespace, owner_reference, pod_template_metadata, selector_labels, Component,
+    BROKER_PORT, CONFIG_DIR, CONFIG_HASH_ANNOTATION, CONVEYOR_BIN, DATA_DIR, POD_INFO_DIR,
+    ZONE_ANNOTATION,
 };
 use super::config::{render_broker_toml, ConfigError};
 
@@ -296,11 +297,11 @@ pub fn broker_statefulset(
                 },
             ),
             template: PodTemplateSpec {
-                metadata: Some(ObjectMeta {
-                    labels: Some(labels(mqc, Component::Broker, Some(group))),
-                    annotations: Some([(CONFIG_HASH_ANNOTATION.to_string(), config_hash)].into()),
-                    ..Default::default()
-                }),
+                metadata: Some(pod_template_metadata(
+                    spec,
+                    labels(mqc, Component::Broker, Some(group)),
+                    [(CONFIG_HASH_ANNOTATION.to_string(), config_hash)].into(),
+                )),
                 spec: Some(PodSpec {
                     containers: vec![container],
                     volumes: Some(
@@ -335,7 +336,11 @@ pub fn broker_statefulset(
                         .chain(security.volumes)
                         .collect(),
                     ),
-                    termination_grace_period_seconds: Some(60),
+                    termination_grace_period_seconds: Some(
+                        spec.pod_template
+                            .termination_grace_period_seconds
+                            .unwrap_or(60),
+                    ),
                     ..common_pod_spec(spec, &selector_labels(mqc, Component::Broker, Some(group)))
                 }),
             },

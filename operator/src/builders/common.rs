@@ -186,6 +186,24 @@ pub(super) fn field_env(name: &str, path: &str) -> EnvVar {
 
 /// Pod settings shared by name-server and broker pods: pull secrets, security, placement
 /// (kept apart from the pods `peers` selects: see `placement`).
+/// The metadata of a pod template: the operator's `labels` and `annotations` over those of
+/// `spec.podTemplate` (the operator's win on a clash: selectors and the config hash rely on them).
+pub(super) fn pod_template_metadata(
+    spec: &crate::crd::MessageQueueClusterSpec,
+    labels: BTreeMap<String, String>,
+    annotations: BTreeMap<String, String>,
+) -> k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+    let over = |mut theirs: BTreeMap<String, String>, ours: BTreeMap<String, String>| {
+        theirs.extend(ours);
+        theirs
+    };
+    k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+        labels: Some(over(spec.pod_template.labels.clone(), labels)),
+        annotations: Some(over(spec.pod_template.annotations.clone(), annotations)),
+        ..Default::default()
+    }
+}
+
 pub(super) fn common_pod_spec(
     spec: &crate::crd::MessageQueueClusterSpec,
     peers: &BTreeMap<String, String>,
@@ -203,6 +221,7 @@ pub(super) fn common_pod_spec(
         topology_spread_constraints: Some(super::placement::spread_constraints(placement, peers)),
         node_selector: (!placement.node_selector.is_empty())
             .then(|| placement.node_selector.clone()),
+        priority_class_name: spec.pod_template.priority_class_name.clone(),
         ..Default::default()
     }
 }

@@ -16,8 +16,8 @@ use crate::crd::MessageQueueCluster;
 
 use super::common::{
     common_pod_spec, container_ports, container_security, field_env, hash, http_probe, labels,
-    names, namespace, owner_reference, selector_labels, Component, CONFIG_HASH_ANNOTATION,
-    CONVEYOR_BIN, DATA_DIR, HTTP_PORT, NAMESRV_PORT,
+    names, namespace, owner_reference, pod_template_metadata, selector_labels, Component,
+    CONFIG_HASH_ANNOTATION, CONVEYOR_BIN, DATA_DIR, HTTP_PORT, NAMESRV_PORT,
 };
 
 /// The name server's data volume: an emptyDir (its KV configuration, `kvConfig.json`, survives
@@ -152,11 +152,11 @@ pub fn name_server_statefulset(mqc: &MessageQueueCluster) -> StatefulSet {
                 ..Default::default()
             },
             template: PodTemplateSpec {
-                metadata: Some(ObjectMeta {
-                    labels: Some(template_labels),
-                    annotations: Some([(CONFIG_HASH_ANNOTATION.to_string(), config_hash)].into()),
-                    ..Default::default()
-                }),
+                metadata: Some(pod_template_metadata(
+                    spec,
+                    template_labels,
+                    [(CONFIG_HASH_ANNOTATION.to_string(), config_hash)].into(),
+                )),
                 spec: Some(PodSpec {
                     containers: vec![container],
                     volumes: Some(
@@ -171,7 +171,11 @@ pub fn name_server_statefulset(mqc: &MessageQueueCluster) -> StatefulSet {
                         .chain(security.volumes)
                         .collect(),
                     ),
-                    termination_grace_period_seconds: Some(30),
+                    termination_grace_period_seconds: Some(
+                        spec.pod_template
+                            .termination_grace_period_seconds
+                            .unwrap_or(30),
+                    ),
                     ..common_pod_spec(spec, &selector_labels(mqc, Component::NameServer, None))
                 }),
             },

@@ -39,6 +39,7 @@ pub(crate) fn cluster(groups: i32, replicas: i32) -> MessageQueueCluster {
             placement: Placement::default(),
             service: ServiceExposure::default(),
             security: Default::default(),
+            pod_template: Default::default(),
         },
     );
     mqc.metadata.namespace = Some("mq".into());
@@ -989,4 +990,55 @@ fn under_failover_each_group_has_a_master_service_whose_address_its_masters_regi
     env.controller_addr = None;
     let classic = crate::builders::broker_settings(&mqc, 1, 0, &env).unwrap();
     assert_eq!(classic.replication.group_address, None);
+}
+
+#[test]
+fn the_pod_template_reaches_every_pod_and_the_operators_labels_win() {
+    let mut mqc = cluster(1, 2);
+    mqc.spec.pod_template = crate::crd::PodTemplate {
+        labels: [
+            ("team".to_string(), "payments".to_string()),
+            // Would break the selector: the operator's value wins.
+            (
+                "app.kubernetes.io/component".to_string(),
+                "mine".to_string(),
+            ),
+        ]
+        .into(),
+        annotations: [
+            ("policy.example.com/tier".to_string(), "gold".to_string()),
+            (CONFIG_HASH_ANNOTATION.to_string(), "forged".to_string()),
+        ]
+        .into(),
+        priority_class_name: Some("mq-critical".into()),
+        termination_grace_period_seconds: Some(120),
+    };
+    let env = crate::builders::OperatorEnv::default();
+    let cm = broker_config_map(&mqc, 0, &env).unwrap();
+    let broker = broker_statefulset(&mqc, 0, &cm, &env);
+    let namesrv = name_server_statefulset(&mqc);
+    let plain = cluster(1, 2);
+    let plain_broker = broker_statefulset(
+        &plain,
+        0,
+        &broker_config_map(&plain, 0, &env).unwrap(),
+        &env,
+    );
+    for (sts, component) in [(&broker, "broker"), (&namesrv, "namesrv")] {
+        let template = &sts.spec.as_ref().unwrap().template;
+        let meta = template.metadata.as_ref().unwrap();
+        let labels = meta.labels.as_ref().unwrap();
+        assert_eq!(labels["team"], "payments");
+        assert_ne!(labels["app.kubernetes.io/component"], "mine", "{component}");
+        let annotations = meta.annotations.as_ref().unwrap();
+        assert_eq!(annotations["policy.example.com/tier"], "gold");
+        assert_ne!(annotations[CONFIG_HASH_ANNOTATION], "forged", "{component}");
+        let pod = template.spec.as_ref().unwrap();
+        assert_eq!(pod.priority_class_name.as_deref(), Some("mq-critical"));
+        assert_eq!(pod.termination_grace_period_seconds, Some(120));
+    }
+    // Without one, the defaults: 60 s for brokers (30 s for name servers), no class.
+    let pod = plain_broker.spec.unwrap().template.spec.unwrap();
+    assert_eq!(pod.termination_grace_period_seconds, Some(60));
+    assert_eq!(pod.priority_class_name, None);
 }
