@@ -135,15 +135,11 @@ async fn splice(
     group: String,
     mut serving: watch::Receiver<Option<Serving>>,
 ) {
-    let target =
-        match tokio::time::timeout(WAIT_FOR_MASTER, serving.wait_for(|s| s.is_some())).await {
-            Ok(Ok(s)) => s.clone(),
-            _ => {
-                tracing::debug!(group, %peer, "group endpoint: no master to lead to");
-                return;
-            }
-        };
-    let Some(target) = target else { return };
+    let waited = tokio::time::timeout(WAIT_FOR_MASTER, serving.wait_for(Option::is_some)).await;
+    let Some(target) = waited.ok().and_then(Result::ok).and_then(|s| s.clone()) else {
+        tracing::debug!(group, %peer, "group endpoint: no master to lead to");
+        return;
+    };
     let mut upstream = match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(&target.addr))
         .await
     {
