@@ -5,7 +5,7 @@
 //! recommendations lives here, per autoscaler; the activity time and failure count that must
 //! survive a restart of the operator are in the status.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -51,6 +51,9 @@ struct AutoscalerContext {
     memories: Mutex<HashMap<String, (i64, Memory)>>,
     /// Admin clients of the clusters the autoscalers read.
     admins: crate::rocketmq::AdminPool,
+    /// Autoscalers (by uid) known to have no ScaledObject of theirs since their last poll in
+    /// mode Keda: a Native poll looks for one only once, not on every poll.
+    without_scaled_object: Mutex<HashSet<String>>,
 }
 
 /// Runs the autoscalers of `namespace` (all when `None`) until the future is dropped.
@@ -64,6 +67,7 @@ pub async fn run(client: Client, namespace: Option<String>, instance: Option<Str
         client,
         memories: Mutex::new(HashMap::new()),
         admins: Default::default(),
+        without_scaled_object: Mutex::new(HashSet::new()),
     });
     Controller::new(api, watcher::Config::default())
         .run(poll, error_policy, ctx)
@@ -177,6 +181,11 @@ async fn poll(
     let (decision, failures, last_active_ms) = {
         let mut memories = ctx.memories.lock().unwrap_or_else(|e| e.into_inner());
         memories.retain(|_, (used, _)| now_ms - *used < FORGET_AFTER_MS);
+        // A deleted autoscaler's mark goes with its memory.
+        ctx.without_scaled_object
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|uid| memories.contains_key(uid));
         // What a restarted operator must not forget: the cooldown and the failures.
         let (used, memory) = memories.entry(uid).or_insert_with(|| {
             let memory = Memory::resumed(
@@ -254,6 +263,11 @@ async fn keda_poll(
     if backlog.is_ok() {
         let cluster = spec.cluster_ref.as_ref().map(|c| c.name.as_str());
         let so = super::keda::scaled_object(cas, cap, cluster);
+        // Written below: a later Native poll must look for it again.
+        ctx.without_scaled_object
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&cas.uid().unwrap_or_default());
         if let Err(e) = scaled_objects(&ctx.client, &ns)
             .patch(
                 &cas.name_any(),
@@ -332,6 +346,21 @@ async fn remove_scaled_object(
     cas: &ConsumerAutoscaler,
 ) -> Result<(), AutoscalerError> {
     let ns = cas.namespace().ok_or(AutoscalerError::NoNamespace)?;
+    let uid = cas.uid().unwrap_or_default();
+    let checked = |ctx: &AutoscalerContext| {
+        ctx.without_scaled_object
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(uid.clone());
+    };
+    if ctx
+        .without_scaled_object
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .contains(&uid)
+    {
+        return Ok(());
+    }
     let api = scaled_objects(&ctx.client, &ns);
     let name = cas.name_any();
     let Some(so) = api.get_opt(&name).await.or_else(|e| match e {
@@ -339,16 +368,19 @@ async fn remove_scaled_object(
         e => Err(e),
     })?
     else {
+        checked(ctx);
         return Ok(());
     };
     let ours = so
         .owner_references()
         .iter()
-        .any(|o| o.controller == Some(true) && Some(&o.uid) == cas.uid().as_ref());
+        .any(|o| o.controller == Some(true) && o.uid == uid);
     if !ours {
+        checked(ctx);
         return Ok(());
     }
     api.delete(&name, &Default::default()).await?;
+    checked(ctx);
     tracing::info!(autoscaler = %name, namespace = %ns, "removed the KEDA ScaledObject: the operator scales now");
     crate::events::record(
         &ctx.client,
