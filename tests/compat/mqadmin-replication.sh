@@ -184,6 +184,7 @@ fail() { echo "FAIL $1: $2"; FAILED=$((FAILED + 1)); }
 mqadmin() { timeout -k 5 "${MQADMIN_TIMEOUT:-120}" "$HERE/mqadmin.sh" "$@" 2>&1; }
 # shellcheck source=tests/compat/mqadmin_lib.sh
 source "$HERE/mqadmin_lib.sh"
+mqadmin_server_start "${MQADMIN_CLIENT:-rmq5}"
 check() { # check NAME REGEX... -- ARGS...
   local name="$1"
   shift

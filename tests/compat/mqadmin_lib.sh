@@ -55,3 +55,35 @@ mqadmin_check_absent() {
     fail "$name" "output did not show: $pattern"
   fi
 }
+
+# mqadmin_server_start CLIENT: starts one mqadmin for CLIENT's tools (rmq4 or rmq5) that every later mqadmin.sh
+# command of this script runs in (mqadmin/MqadminServer.java: 20-400 ms a command instead of a JVM's 4-7 s). It
+# ends with this script. If it cannot start, commands run in their own JVMs as before, slower.
+mqadmin_server_start() {
+  local client="$1" dir pid deadline
+  dir="$(mktemp -d "${TMPDIR:-/tmp}/mqadmin-server.XXXXXX")"
+  MQADMIN_CLIENT="$client" "$HERE/mqadmin.sh" --serve "$dir/port" "$$" \
+    >"${COMPAT_LOG_DIR:-$dir}/mqadmin-server-$client.log" 2>&1 &
+  pid=$!
+  deadline=$((SECONDS + 60))
+  until [[ -s "$dir/port" ]]; do
+    if ! kill -0 "$pid" 2>/dev/null || ((SECONDS >= deadline)); then
+      echo "  # the mqadmin server for $client did not start (log: ${COMPAT_LOG_DIR:-$dir}/mqadmin-server-$client.log); one JVM per command" >&2
+      kill "$pid" 2>/dev/null || true
+      return 0
+    fi
+    sleep 0.2
+  done
+  export "MQADMIN_SERVER_PORT_$client=$(cat "$dir/port")"
+  rm -rf "$dir"
+  MQADMIN_SERVER_PIDS+=("$pid")
+}
+
+# mqadmin_servers_stop: ends the servers mqadmin_server_start started.
+mqadmin_servers_stop() {
+  local pid
+  for pid in "${MQADMIN_SERVER_PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
+  MQADMIN_SERVER_PIDS=()
+  unset MQADMIN_SERVER_PORT_rmq4 MQADMIN_SERVER_PORT_rmq5
+}
+MQADMIN_SERVER_PIDS=()

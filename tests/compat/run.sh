@@ -243,6 +243,7 @@ run_mqadmin() {
   local prefix
   prefix="$(mqadmin_prefix "$p")"
   export MQADMIN_CLIENT="$p"
+  mqadmin_server_start "$p"
 
   java_cmd "$p" conveyor.compat.Tool cluster-name
   if ! cluster="$("${JAVA_ARGV[@]}" 2>"$LOG_DIR/mqadmin-cluster.log")"; then
@@ -310,6 +311,7 @@ run_mqadmin() {
     done
   fi
   run_mqadmin_ops "$p" "$prefix" "$cluster" "$topic"
+  mqadmin_servers_stop
 }
 
 mapfile -t EXPECTED < <(expected_checks)
