@@ -77,7 +77,12 @@ suite() { # suite TITLE SCRIPT
   echo "== $1: passed in $(((SECONDS - started) / 60)) min $(((SECONDS - started) % 60)) s (since the start: $((SECONDS / 60)) min)"
 }
 
-suite "real RocketMQ clients against conveyor standalone" tests/compat/run-against-standalone.sh
+# The container image first: built from ./Dockerfile with buildah, checked with podman (installed when missing).
+# Its release build is the only one of the run: the real-client suite runs the image's conveyor (copied out
+# to the cache), the binary users get.
+suite "container image" tests/k8s/image.sh
+CONVEYOR_BIN="$CONVEYOR_CACHE/image/bin/conveyor" \
+  suite "real RocketMQ clients against conveyor standalone (the image's binary)" tests/compat/run-against-standalone.sh
 suite "ACL with real clients" tests/compat/acl.sh
 suite "5.x SDKs with ACL" tests/compat/grpc-acl.sh
 suite "TLS certificate rotation under load" tests/compat/tls-rotation.sh
@@ -96,8 +101,6 @@ suite "Kubernetes operator" tests/k8s/e2e.sh
 # Consumer autoscaling: ConsumerAutoscalers on the real API server, two real broker groups and a real
 # Prometheus (Debian's package, fetched into the cache).
 suite "consumer autoscaling" tests/k8s/autoscaler-e2e.sh
-# The container image: built from ./Dockerfile with buildah, checked with podman (installed when missing).
-suite "container image" tests/k8s/image.sh
 # Real pods: a one-node cluster (kubelet on containerd, scheduler, controller manager, CoreDNS) running the
 # image just built; the operator's cluster serves a Java producer and consumer, a killed broker restarts.
 suite "Kubernetes operator on real pods" tests/k8s/pods-e2e.sh

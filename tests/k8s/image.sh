@@ -7,7 +7,8 @@
 # plus gcc and the host's Rust toolchain. Crates come from crates.io inside the build; the cargo
 # home and target directory are cached under $CONVEYOR_CACHE/image so later builds are incremental.
 # Installs buildah, podman, debootstrap and runc from Debian's packages when they are missing
-# (the test command installs what its tests need); fails when they cannot be installed.
+# (the test command installs what its tests need); fails when they cannot be installed. Leaves the image's
+# conveyor binary in $CONVEYOR_CACHE/image/bin/conveyor.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 CACHE="${CONVEYOR_CACHE:-$HOME/.cache/conveyor}/image"
@@ -62,6 +63,14 @@ buildah bud "${S[@]}" --isolation chroot --pull=never --layers=false \
   --volume "$CACHE/cargo-home:/usr/local/cargo" --volume "$CACHE/target:/src/target-image" \
   -t "$TAG" -f Dockerfile . > "$CACHE/build.log" 2>&1 || { tail -30 "$CACHE/build.log"; echo "  FAIL image build"; exit 1; }
 echo "  ok   image built from Dockerfile in $(( $(date +%s) - t1 )) s ($(podman "${S[@]}" image inspect --format '{{.Size}}' "$TAG") bytes)"
+# The image's binaries, also on the host: tests/all.sh runs the real-client suite with this conveyor (the binary
+# shipped, and no second release build of the same sources on the host).
+mkdir -p "$CACHE/bin"
+BIN_CID=$(podman "${S[@]}" create --pull=never "$TAG")
+podman "${S[@]}" cp "$BIN_CID:/usr/local/bin/conveyor" "$CACHE/bin/conveyor.tmp" &&
+  mv "$CACHE/bin/conveyor.tmp" "$CACHE/bin/conveyor" || { echo "  FAIL copying conveyor out of the image"; exit 1; }
+podman "${S[@]}" rm "$BIN_CID" >/dev/null
+echo "  ok   the image's conveyor copied to $CACHE/bin/conveyor"
 
 FAIL=0
 user=$(podman "${S[@]}" image inspect --format '{{.Config.User}}' "$TAG")
