@@ -17,6 +17,9 @@ if [ "${CI:-}" = "true" ]; then
   # grow the cache (15 GB after a few runs, on a disk the brokers under test refuse to fill
   # past 90 %).
   export CARGO_INCREMENTAL=0
+  # File and line tables only (backtraces keep file:line): full debug info made every one of the ~40 test
+  # binaries slower to link and the cache larger, and no test reads it.
+  export CARGO_PROFILE_DEV_DEBUG=line-tables-only
 fi
 export CARGO_TERM_COLOR=never
 
@@ -58,6 +61,16 @@ if [ "${#missing[@]}" -gt 0 ]; then
     echo "tests/all.sh: could not install ${missing[*]} (see $CONVEYOR_CACHE/apt-test-tools.log)" >&2
     if [ "${CI:-}" = "true" ]; then exit 1; fi
   fi
+fi
+
+# A machine without the Kubernetes binaries builds them from the Go module proxy (about 10 min on 2 cores, most of
+# it downloading and compiling kube-apiserver's packages). Started now, at the lowest CPU and I/O priority, it uses
+# what the cargo tests and the compatibility suites leave idle; the Kubernetes suites call the same build scripts,
+# which wait for it (they take a lock) or build whatever it could not. Only with a go already on the PATH (else
+# install-tools.sh fetches one when the Kubernetes suites start).
+if command -v go >/dev/null && ! [ -x "$CONVEYOR_CACHE/k8s/${CONVEYOR_K8S_VERSION:-1.35.4}/bin/coredns" ]; then
+  echo "== building the Kubernetes binaries in the background (log: $CONVEYOR_CACHE/k8s-prebuild.log)"
+  nice -n 19 ionice -c 3 bash tests/k8s/build-node.sh >"$CONVEYOR_CACHE/k8s-prebuild.log" 2>&1 &
 fi
 
 echo "== cargo test --workspace"

@@ -11,6 +11,14 @@ if [ -x "$BIN/kube-apiserver" ] && [ -x "$BIN/etcd" ] && { [ -z "${WITH_CONTROLL
   echo "$BIN"; exit 0
 fi
 command -v go >/dev/null || { echo "build-apiserver: go not found" >&2; exit 2; }
+mkdir -p "$W"
+# One build at a time (tests/all.sh may be building these in the background when a suite asks): the second
+# waits, then finds what the first built.
+exec 9>"$W/build-apiserver.lock"
+flock 9
+if [ -x "$BIN/kube-apiserver" ] && [ -x "$BIN/etcd" ] && { [ -z "${WITH_CONTROLLER_MANAGER:-}" ] || [ -x "$BIN/kube-controller-manager" ]; }; then
+  echo "$BIN"; exit 0
+fi
 export GOMODCACHE="${GOMODCACHE:-$CACHE/go/mod}"
 export GOFLAGS="${GOFLAGS:--buildvcs=false}"
 MINOR=$(echo "$K8S" | cut -d. -f2); STAGING="v0.${K8S#1.}"

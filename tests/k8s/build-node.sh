@@ -16,6 +16,12 @@ WITH_CONTROLLER_MANAGER=1 "$HERE/build-apiserver.sh" >/dev/null
 if [ -x "$BIN/kubelet" ] && [ -x "$BIN/kube-scheduler" ] && [ -x "$BIN/kube-proxy" ] && [ -x "$BIN/coredns" ]; then
   echo "$BIN"; exit 0
 fi
+# One build at a time, as in build-apiserver.sh.
+exec 9>"$W/build-node.lock"
+flock 9
+if [ -x "$BIN/kubelet" ] && [ -x "$BIN/kube-scheduler" ] && [ -x "$BIN/kube-proxy" ] && [ -x "$BIN/coredns" ]; then
+  echo "$BIN"; exit 0
+fi
 export GOMODCACHE="${GOMODCACHE:-$CACHE/go/mod}"
 export GOFLAGS="${GOFLAGS:--buildvcs=false}"
 MINOR=$(echo "$K8S" | cut -d. -f2)
