@@ -13,6 +13,7 @@ pub mod drain;
 pub mod observe;
 pub mod plan;
 pub mod roll;
+pub mod shrink;
 pub mod status;
 pub mod zones;
 
@@ -85,6 +86,25 @@ async fn reconcile_inner(mqc: &MessageQueueCluster, ctx: &Context) -> Result<Act
         return Ok(outcome.action);
     }
 
+    // A lower replicasPerGroup waits until no group's master is on an ordinal it removes.
+    let existing = observe::existing_groups(&ctx.client, &ns, mqc).await?;
+    let (shrink_steps, replicas) = shrink_steps(ctx, mqc, &existing);
+    let held;
+    let mqc = if replicas == mqc.spec.broker.replicas_per_group {
+        mqc
+    } else {
+        tracing::info!(
+            cluster = name,
+            replicas,
+            want = mqc.spec.broker.replicas_per_group,
+            "replicasPerGroup kept until every master is on a replica that stays"
+        );
+        let mut m = mqc.clone();
+        m.spec.broker.replicas_per_group = replicas;
+        held = m;
+        &held
+    };
+
     let mut env = cluster_env(ctx, mqc).await;
     if env.controller_for(mqc).is_some() {
         // The groups' stable addresses before the configuration that names them.
@@ -99,7 +119,6 @@ async fn reconcile_inner(mqc: &MessageQueueCluster, ctx: &Context) -> Result<Act
     };
     // The operator's own certificates before the pods that mount them.
     let certificates_due = crate::certificates::ensure(&ctx.client, mqc).await?;
-    let existing = observe::existing_groups(&ctx.client, &ns, mqc).await?;
     let plan = plan::plan(mqc, &existing, &env);
     let mut observed = apply::apply_plan(&ctx.client, &ns, &plan, &existing).await?;
     let draining = plan
@@ -154,7 +173,10 @@ async fn reconcile_inner(mqc: &MessageQueueCluster, ctx: &Context) -> Result<Act
             let group_pods = pods.get(&g.index).map(Vec::as_slice).unwrap_or_default();
             let group = decided.groups.get(&g.name);
             let since = status::master_since(mqc, &g.name, group, Timestamp::now());
-            let step = roll::next_step(sts, group_pods, group, since);
+            let step = match shrink_steps.get(&g.index) {
+                Some(step) => step.clone(),
+                None => roll::next_step(sts, group_pods, group, since),
+            };
             let done = apply::carry_out_roll(&ctx.client, &ns, c, &g.name, step).await?;
             observed.rollouts.insert(g.index, done);
         }
@@ -164,6 +186,56 @@ async fn reconcile_inner(mqc: &MessageQueueCluster, ctx: &Context) -> Result<Act
     apply::patch_status(ctx, &ns, &name, &outcome.status).await?;
     apply::publish(ctx, mqc, &outcome.notices).await;
     Ok(sooner(outcome.action, certificates_due))
+}
+
+/// Each group's step before `replicasPerGroup` can drop to the spec's (see `shrink`), and the
+/// replica count to apply meanwhile.
+fn shrink_steps(
+    ctx: &Context,
+    mqc: &MessageQueueCluster,
+    existing: &observe::ExistingGroups,
+) -> (std::collections::BTreeMap<i32, roll::RollStep>, i32) {
+    let want = mqc.spec.broker.replicas_per_group;
+    let failover = mqc.spec.broker.failover.enabled && ctx.failover.is_some();
+    let decided = ctx
+        .failover
+        .as_ref()
+        .and_then(|f| f.get(&builders::scope(mqc)))
+        .map(|c| c.state());
+    let cluster = mqc.metadata.name.clone().unwrap_or_default();
+    let names: Vec<(i32, String, i32)> = existing
+        .iter()
+        .filter(|(index, _)| **index < mqc.spec.broker.groups)
+        .map(|(index, sts)| {
+            let current = sts.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
+            (
+                *index,
+                builders::names::broker_group(&cluster, *index),
+                current,
+            )
+        })
+        .collect();
+    let now = Timestamp::now();
+    let groups: Vec<(i32, shrink::GroupShrink<'_>, Option<roll::RollStep>)> = names
+        .iter()
+        .map(|(index, name, current)| {
+            let group = decided.as_ref().and_then(|d| d.groups.get(name));
+            let g = shrink::GroupShrink {
+                name,
+                current: *current,
+                decided: group,
+                master_since: status::master_since(mqc, name, group, now),
+            };
+            (*index, g, shrink::step(want, failover, &g))
+        })
+        .collect();
+    let views: Vec<_> = groups.iter().map(|(_, g, s)| (*g, s.clone())).collect();
+    let replicas = shrink::replicas(want, &views);
+    let steps = groups
+        .into_iter()
+        .filter_map(|(index, _, step)| Some((index, step?)))
+        .collect();
+    (steps, replicas)
 }
 
 /// `action`, or a requeue after `due` when that comes first: a step of the certificates'

@@ -620,9 +620,9 @@ wait_for 180 "the brokers read it and registered it: the group's zoneName is zon
 CP="$(cat "$CONVEYOR_CACHE/compat/java-rmq5.classpath" 2>/dev/null || true)"
 if [ -n "$CP" ] && [ -n "$NS_IP" ]; then
   mkdir -p "$D/ledger" "$D/java"
-  # The ledger programs sign as pods-client (AclClientRPCHook).
+  # The ledger programs sign as pods-client (AclClientRPCHook), or as LEDGER_USER with LEDGER_SK.
   java_run() {
-    LEDGER_ACCESS_KEY=pods-client LEDGER_SECRET_KEY="$CLIENT_SK" \
+    LEDGER_ACCESS_KEY="${LEDGER_USER:-pods-client}" LEDGER_SECRET_KEY="${LEDGER_SK:-$CLIENT_SK}" \
     java -Xms64m -Xmx512m -Drocketmq.client.logRoot="$D/java" -Duser.home="$D/java" \
       -cp "$CP" conveyor.compat.Ledger "$@"
   }
@@ -979,6 +979,51 @@ check "the master was not restarted ($BI_MASTER, same revision)" test "$(revisio
 ns_ready() { [ "$(K get pod pods-namesrv-0 -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}')" = True ]; }
 wait_for 180 "the name server pod is Ready again on the good image" ns_ready
 grep -a "rolling restart: deleting the pod" "$D/operator.log" | sed 's/\x1b\[[0-9;]*m//g' | tail -n 2 | cut -c1-200 | sed 's/^/    /'
+
+# replicasPerGroup 2 -> 1 under a Java producer (issue 27). The StatefulSet removes the highest
+# ordinal, pods-broker-0-1, made master first (its peer's container killed). The operator must
+# hand the master role to pods-broker-0-0 (in sync) before it lowers the count, and wait until
+# clients can have learnt the new master; every SEND_OK is read back afterwards.
+echo "== real pods: replicasPerGroup 2 -> 1 under load, the master on the removed ordinal"
+if [ -n "$CP" ]; then
+  NS_IP=$(K get pod pods-namesrv-0 -o jsonpath='{.status.podIP}')
+  wait_for 120 "both replicas in sync before the scale-in" both_in_sync
+  if [ "$(K get mqc pods -o jsonpath='{.status.groups[0].master}')" != pods-broker-0-1 ]; then
+    cid=$(K get pod pods-broker-0-0 -o jsonpath='{.status.containerStatuses[0].containerID}' | sed 's#.*//##')
+    pid=$(ctr -a "$SOCK" -n k8s.io task ls | awk -v id="$cid" '$1 == id {print $2}')
+    [ -n "$pid" ] && kill -9 "$pid"
+    master_is_1() { [[ "$(group_status)" == pods-broker-0-1/*/*pods-broker-0-0*pods-broker-0-1* ]]; }
+    wait_for 180 "pods-broker-0-1 is master (pods-broker-0-0's container killed) and both are in sync" master_is_1
+  fi
+  mkdir -p "$D/ledger-shrink"
+  # pods-client was deleted in the ACL section: the admin user signs from here on.
+  LEDGER_USER=pods-admin LEDGER_SK="$CONVEYOR_SECRET_KEY"
+  (java_run produce-defaults "$NS_IP:9876" PodsTopic "$D/ledger-shrink" > "$D/producer-shrink.out" 2>"$D/producer-shrink.log") &
+  PRODUCER=$!
+  shrink_acked() { [ "$(wc -l < "$D/ledger-shrink/ok" 2>/dev/null || echo 0)" -ge 200 ]; }
+  wait_for 120 "a Java producer got 200 SEND_OK" shrink_acked
+  # One replica cannot replicate synchronously (the CRD refuses Sync with 1): Async with it.
+  K patch mqc pods --type merge -p '{"spec":{"broker":{"replicasPerGroup":1,"replicationMode":"Async"}}}' >/dev/null
+  handed_over() { [ "$(K get mqc pods -o jsonpath='{.status.groups[0].master}')" = pods-broker-0-0 ]; }
+  wait_for 120 "the operator made pods-broker-0-0 master" handed_over
+  check "... while the StatefulSet still had 2 replicas (pods-broker-0-1 not removed as master)" \
+    test "$(K get sts pods-broker-0 -o jsonpath='{.spec.replicas}')" = 2
+  one_replica() {
+    [ "$(K get sts pods-broker-0 -o jsonpath='{.spec.replicas}')" = 1 ] && ! K get pod pods-broker-0-1 >/dev/null 2>&1 &&
+      [ "$(K get pod pods-broker-0-0 -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}')" = True ]
+  }
+  wait_for 300 "then the StatefulSet went to 1 replica: pods-broker-0-1 gone, pods-broker-0-0 Ready" one_replica
+  sed 's/\x1b\[[0-9;]*m//g' "$D/operator.log" | grep -a "replicasPerGroup kept\|rolling restart: switchover" | tail -n 2 | cut -c1-200 | sed 's/^/    /'
+  base=$(wc -l < "$D/ledger-shrink/ok")
+  more() { [ "$(wc -l < "$D/ledger-shrink/ok")" -ge $((base + 200)) ]; }
+  wait_for 180 "the producer goes on against the one replica left (200 more SEND_OK)" more
+  touch "$D/ledger-shrink/stop"; wait "$PRODUCER" || true
+  echo "    $(cat "$D/producer-shrink.out")"
+  java_run drain "$NS_IP:9876" PodsTopic "$D/ledger-shrink" > "$D/drain-shrink.out" 2>"$D/drain-shrink.log" || true
+  missing=$(comm -23 <(sort -u "$D/ledger-shrink/ok") <(sort -u "$D/ledger-shrink/seen" 2>/dev/null) | wc -l)
+  if [ "$missing" = 0 ]; then ok "a Java consumer received every SEND_OK message of the scale-in ($(wc -l < "$D/ledger-shrink/ok"))"
+  else bad "$missing SEND_OK messages of the scale-in not received"; fi
+else bad "no Java client classpath for the scale-in"; fi
 
 # A check that ends the Java section early (an expansion error aborts the whole compound
 # command) must not pass for a run of every check.
