@@ -217,6 +217,36 @@ pub struct NameServerSpec {
     /// Container resources.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resources: Option<ResourceRequirements>,
+    /// Liveness probe settings (`GET /healthz`); unset fields keep the operator's defaults.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub liveness_probe: Option<ProbeSpec>,
+    /// Readiness probe settings (`GET /readyz`); unset fields keep the operator's defaults.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub readiness_probe: Option<ProbeSpec>,
+}
+
+/// Timings of a probe (Strimzi's `livenessProbe`/`readinessProbe`): each field unset keeps
+/// the operator's default for that probe.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ProbeSpec {
+    /// Seconds after the container starts before the first probe.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 3600))]
+    pub initial_delay_seconds: Option<i32>,
+    /// Seconds between probes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 3600))]
+    pub period_seconds: Option<i32>,
+    /// Seconds a probe may take.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 3600))]
+    pub timeout_seconds: Option<i32>,
+    /// Failed probes in a row before the container is restarted (liveness) or taken out of
+    /// its Services (readiness).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 1000))]
+    pub failure_threshold: Option<i32>,
 }
 
 fn default_name_servers() -> i32 {
@@ -228,6 +258,8 @@ impl Default for NameServerSpec {
         Self {
             replicas: default_name_servers(),
             resources: None,
+            liveness_probe: None,
+            readiness_probe: None,
         }
     }
 }
@@ -269,6 +301,13 @@ pub struct BrokerSpec {
     #[x_kube(validation = Rule::new("self.all(k, k.matches('^(broker|store)\\\\.[a-z0-9][a-z0-9-]*$'))").message("config keys must look like broker.<kebab-key> or store.<kebab-key>"))]
     #[x_kube(validation = Rule::new("self.all(k, !(k in ['broker.listen', 'broker.cluster-name', 'broker.broker-name', 'broker.broker-id', 'broker.namesrv-addrs', 'broker.advertised-addr', 'broker.broker-role', 'store.data-dir', 'store.flush-mode']))").message("config must not override keys the operator manages"))]
     pub config: BTreeMap<String, String>,
+    /// Liveness probe settings (`GET /healthz`, which answers while the store recovers, so a
+    /// long recovery is never restarted); unset fields keep the operator's defaults.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub liveness_probe: Option<ProbeSpec>,
+    /// Readiness probe settings (`GET /readyz`); unset fields keep the operator's defaults.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub readiness_probe: Option<ProbeSpec>,
 }
 
 fn default_replicas_per_group() -> i32 {
@@ -327,6 +366,12 @@ pub struct StorageSpec {
     /// Storage class of the volumes (cluster default when absent).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub storage_class_name: Option<String>,
+    /// Delete a group's volume claims (and so, with the usual reclaim policy, its data) when
+    /// its StatefulSet is deleted: when the cluster is deleted or a drained group removed
+    /// (Strimzi's `deleteClaim`). Off by default: the claims stay for a later cluster of the
+    /// same name to find. Lowering `replicasPerGroup` keeps them either way.
+    #[serde(default)]
+    pub delete_claim: bool,
 }
 
 /// Flush mode of the broker's store.

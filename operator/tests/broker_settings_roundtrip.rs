@@ -80,6 +80,8 @@ fn cluster(
             name_server: NameServerSpec {
                 replicas: 3,
                 resources: None,
+                liveness_probe: None,
+                readiness_probe: None,
             },
             broker: BrokerSpec {
                 groups: 2,
@@ -87,12 +89,15 @@ fn cluster(
                 storage: StorageSpec {
                     size: "10Gi".into(),
                     storage_class_name: None,
+                    delete_claim: false,
                 },
                 flush_mode: flush,
                 replication_mode: replication,
                 failover: Default::default(),
                 resources: None,
                 config,
+                liveness_probe: None,
+                readiness_probe: None,
             },
             placement: Placement::default(),
             service: ServiceExposure::default(),

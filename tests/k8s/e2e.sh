@@ -475,6 +475,16 @@ templated() {
 }
 wait_for 60 "spec.podTemplate reaches the broker and name-server pod templates (the operator's labels win), accepted by the API server" templated
 
+echo "-- probe timings and deleteClaim"
+K patch mqc demo --type merge -p '{"spec":{"broker":{"storage":{"deleteClaim":true},"livenessProbe":{"failureThreshold":60},"readinessProbe":{"periodSeconds":2}},"nameServer":{"livenessProbe":{"initialDelaySeconds":90}}}}' >/dev/null
+probed() {
+  [ "$(K get sts demo-broker-0 -o jsonpath='{.spec.persistentVolumeClaimRetentionPolicy.whenDeleted}/{.spec.template.spec.containers[0].livenessProbe.failureThreshold}/{.spec.template.spec.containers[0].livenessProbe.periodSeconds}/{.spec.template.spec.containers[0].readinessProbe.periodSeconds}')" = Delete/60/10/2 ] &&
+    [ "$(K get sts demo-namesrv -o jsonpath='{.spec.template.spec.containers[0].livenessProbe.initialDelaySeconds}')" = 90 ]
+}
+wait_for 60 "probe settings and deleteClaim reach the StatefulSets (unset timings keep their defaults), accepted by the API server" probed
+refused_probe() { ! K patch mqc demo --type merge -p '{"spec":{"broker":{"livenessProbe":{"periodSeconds":0}}}}' >/dev/null 2>&1; }
+check "a probe period of 0 is refused by the CRD schema" refused_probe
+
 echo "-- the controller state is compare-and-set (two controllers on one ConfigMap)"
 check "cargo test controller_state against the API server" quiet \
   cargo test -q -p conveyor-operator --test controller_state -- --ignored

@@ -221,8 +221,20 @@ pub fn broker_statefulset(
             field_env("POD_IP", "status.podIP"),
         ]),
         ports: Some(container_ports(BROKER_PORT)),
-        readiness_probe: Some(http_probe("/readyz", 5, 3, 5)),
-        liveness_probe: Some(http_probe("/healthz", 10, 6, 30)),
+        readiness_probe: Some(http_probe(
+            "/readyz",
+            5,
+            3,
+            5,
+            spec.broker.readiness_probe.as_ref(),
+        )),
+        liveness_probe: Some(http_probe(
+            "/healthz",
+            10,
+            6,
+            30,
+            spec.broker.liveness_probe.as_ref(),
+        )),
         resources: spec.broker.resources.clone(),
         security_context: Some(container_security()),
         volume_mounts: Some(
@@ -292,7 +304,14 @@ pub fn broker_statefulset(
             },
             persistent_volume_claim_retention_policy: Some(
                 StatefulSetPersistentVolumeClaimRetentionPolicy {
-                    when_deleted: Some("Retain".into()),
+                    when_deleted: Some(
+                        if storage.delete_claim {
+                            "Delete"
+                        } else {
+                            "Retain"
+                        }
+                        .into(),
+                    ),
                     when_scaled: Some("Retain".into()),
                 },
             ),

@@ -247,22 +247,26 @@ pub(super) fn container_ports(port: i32) -> Vec<ContainerPort> {
         .collect()
 }
 
+/// An HTTP probe of `path` on the `http` port with these default timings, each replaced by the
+/// user's setting when `user` gives one.
 pub(super) fn http_probe(
     path: &str,
     period: i32,
     failure_threshold: i32,
     initial_delay: i32,
+    user: Option<&crate::crd::ProbeSpec>,
 ) -> Probe {
+    let user = user.cloned().unwrap_or_default();
     Probe {
         http_get: Some(k8s_openapi::api::core::v1::HTTPGetAction {
             path: Some(path.into()),
             port: IntOrString::String("http".into()),
             ..Default::default()
         }),
-        initial_delay_seconds: Some(initial_delay),
-        period_seconds: Some(period),
-        timeout_seconds: Some(3),
-        failure_threshold: Some(failure_threshold),
+        initial_delay_seconds: Some(user.initial_delay_seconds.unwrap_or(initial_delay)),
+        period_seconds: Some(user.period_seconds.unwrap_or(period)),
+        timeout_seconds: Some(user.timeout_seconds.unwrap_or(3)),
+        failure_threshold: Some(user.failure_threshold.unwrap_or(failure_threshold)),
         ..Default::default()
     }
 }

@@ -132,8 +132,20 @@ pub fn name_server_statefulset(mqc: &MessageQueueCluster) -> StatefulSet {
         args: Some(args.clone()),
         env: Some(vec![field_env("POD_NAME", "metadata.name")]),
         ports: Some(container_ports(NAMESRV_PORT)),
-        readiness_probe: Some(http_probe("/readyz", 5, 3, 2)),
-        liveness_probe: Some(http_probe("/healthz", 10, 6, 10)),
+        readiness_probe: Some(http_probe(
+            "/readyz",
+            5,
+            3,
+            2,
+            mqc.spec.name_server.readiness_probe.as_ref(),
+        )),
+        liveness_probe: Some(http_probe(
+            "/healthz",
+            10,
+            6,
+            10,
+            mqc.spec.name_server.liveness_probe.as_ref(),
+        )),
         resources: spec.name_server.resources.clone(),
         security_context: Some(container_security()),
         ..Default::default()

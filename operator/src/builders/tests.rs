@@ -29,12 +29,15 @@ pub(crate) fn cluster(groups: i32, replicas: i32) -> MessageQueueCluster {
                 storage: StorageSpec {
                     size: "10Gi".into(),
                     storage_class_name: Some("fast".into()),
+                    delete_claim: false,
                 },
                 flush_mode: FlushMode::Async,
                 replication_mode: ReplicationMode::Async,
                 failover: Default::default(),
                 resources: None,
                 config: BTreeMap::new(),
+                liveness_probe: None,
+                readiness_probe: None,
             },
             placement: Placement::default(),
             service: ServiceExposure::default(),
@@ -275,6 +278,83 @@ fn broker_statefulset_has_storage_probes_and_security() {
     assert_eq!(
         pod.volumes.unwrap()[0].config_map.as_ref().unwrap().name,
         "orders-broker-1-config"
+    );
+}
+
+#[test]
+fn probe_settings_and_delete_claim_reach_the_statefulsets() {
+    let mut mqc = cluster(1, 2);
+    let sts = |m: &MessageQueueCluster| {
+        let cm = broker_config_map(m, 0, &crate::builders::OperatorEnv::default()).unwrap();
+        broker_statefulset(m, 0, &cm, &crate::builders::OperatorEnv::default())
+            .spec
+            .unwrap()
+    };
+    // Defaults: the operator's timings, claims kept.
+    let spec = sts(&mqc);
+    let live = spec.template.spec.as_ref().unwrap().containers[0]
+        .liveness_probe
+        .clone()
+        .unwrap();
+    assert_eq!(
+        (
+            live.initial_delay_seconds,
+            live.period_seconds,
+            live.timeout_seconds,
+            live.failure_threshold
+        ),
+        (Some(30), Some(10), Some(3), Some(6))
+    );
+    let retention = spec.persistent_volume_claim_retention_policy.unwrap();
+    assert_eq!(retention.when_deleted.as_deref(), Some("Retain"));
+    assert_eq!(retention.when_scaled.as_deref(), Some("Retain"));
+
+    // A field set replaces its default only; deleteClaim deletes claims with the StatefulSet.
+    mqc.spec.broker.liveness_probe = Some(crate::crd::ProbeSpec {
+        failure_threshold: Some(60),
+        ..Default::default()
+    });
+    mqc.spec.broker.readiness_probe = Some(crate::crd::ProbeSpec {
+        period_seconds: Some(2),
+        timeout_seconds: Some(1),
+        ..Default::default()
+    });
+    mqc.spec.name_server.liveness_probe = Some(crate::crd::ProbeSpec {
+        initial_delay_seconds: Some(90),
+        ..Default::default()
+    });
+    mqc.spec.broker.storage.delete_claim = true;
+    let spec = sts(&mqc);
+    let c = &spec.template.spec.as_ref().unwrap().containers[0];
+    let live = c.liveness_probe.clone().unwrap();
+    assert_eq!(
+        (
+            live.initial_delay_seconds,
+            live.period_seconds,
+            live.failure_threshold
+        ),
+        (Some(30), Some(10), Some(60))
+    );
+    let ready = c.readiness_probe.clone().unwrap();
+    assert_eq!(
+        (
+            ready.period_seconds,
+            ready.timeout_seconds,
+            ready.failure_threshold
+        ),
+        (Some(2), Some(1), Some(3))
+    );
+    let retention = spec.persistent_volume_claim_retention_policy.unwrap();
+    assert_eq!(retention.when_deleted.as_deref(), Some("Delete"));
+    assert_eq!(retention.when_scaled.as_deref(), Some("Retain"));
+    let ns = crate::builders::name_server_statefulset(&mqc).spec.unwrap();
+    let ns_live = ns.template.spec.unwrap().containers[0]
+        .liveness_probe
+        .clone()
+        .unwrap();
+    assert_eq!(
+        (ns_live.initial_delay_seconds, ns_live.period_seconds),
+        (Some(90), Some(10))
     );
 }
 
