@@ -315,7 +315,25 @@ pub fn decide(
             );
         }
     }
-    // A count outside the bounds (they changed) is brought inside at once, as the HPA does.
+    // Fewer read queues than consumers: an observation, not a decision of the user, and routes
+    // shrink for a moment whenever a broker group restarts or fails over. So the drop goes
+    // through the down window and rate policies like any recommendation of fewer replicas.
+    if current > ceiling && matches!(cap, Cap::Queues(_)) {
+        let stabilized = stabilize(rules, memory, current, ceiling, now_ms);
+        let desired = stabilized
+            .max(down_limit(&rules.down, memory, current, now_ms).min(current))
+            .clamp(floor, current);
+        record(memory, current, desired, now_ms);
+        return decision(
+            desired,
+            Some(cap),
+            format!(
+                "the group has {ceiling} read queues for {current} replicas: down to it through \
+                 the scale-down window and policies"
+            ),
+        );
+    }
+    // A count outside the bounds the user set is brought inside at once, as the HPA does.
     if current > ceiling || current < floor {
         let desired = current.clamp(floor, ceiling);
         record(memory, current, desired, now_ms);

@@ -224,6 +224,62 @@ fn a_count_outside_new_bounds_moves_inside_at_once() {
 }
 
 #[test]
+fn a_drop_of_the_queue_count_goes_through_the_down_window() {
+    let r = Rules {
+        up: fast_up(),
+        ..rules()
+    };
+    let mut m = Memory::default();
+    // 8 queues, 8 busy consumers.
+    assert_eq!(decide(&r, 8, Ok(100_000), Some(8), &mut m, 0).desired, 8);
+    // A group restarts: the route shows 4 queues for a while. Within the 300 s window the
+    // earlier 8 holds, whatever the route says.
+    for t in [15, 60, 299] {
+        let d = decide(&r, 8, Ok(100_000), Some(4), &mut m, t * S);
+        assert_eq!((d.desired, d.capped), (8, Some(Cap::Queues(4))), "at {t} s");
+    }
+    // The queues came back: nothing happened.
+    assert_eq!(
+        decide(&r, 8, Ok(100_000), Some(8), &mut m, 310 * S).desired,
+        8
+    );
+    // A lasting drop: once the window holds only the lower count, the consumers follow.
+    let mut m = Memory::default();
+    decide(&r, 8, Ok(100_000), Some(8), &mut m, 0);
+    for t in [15, 150, 299] {
+        assert_eq!(
+            decide(&r, 8, Ok(100_000), Some(4), &mut m, t * S).desired,
+            8
+        );
+    }
+    let d = decide(&r, 8, Ok(100_000), Some(4), &mut m, 301 * S);
+    assert_eq!((d.desired, d.capped), (4, Some(Cap::Queues(4))));
+    // Within the down rate too: at most one pod per 15 s here.
+    let r = Rules {
+        down: Direction {
+            window_s: 0,
+            select: Select::Max,
+            policies: vec![Policy {
+                kind: PolicyKind::Pods,
+                value: 1,
+                period_s: 15,
+            }],
+        },
+        ..r
+    };
+    let mut m = Memory::default();
+    assert_eq!(decide(&r, 8, Ok(100_000), Some(4), &mut m, 0).desired, 7);
+    assert_eq!(
+        decide(&r, 7, Ok(100_000), Some(4), &mut m, 5 * S).desired,
+        7
+    );
+    assert_eq!(
+        decide(&r, 7, Ok(100_000), Some(4), &mut m, 16 * S).desired,
+        6
+    );
+}
+
+#[test]
 fn behavior_merges_over_the_defaults_and_bad_values_are_refused() {
     let behavior = HorizontalPodAutoscalerBehavior {
         scale_down: Some(HPAScalingRules {
