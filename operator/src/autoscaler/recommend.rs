@@ -207,14 +207,36 @@ pub struct Memory {
     pub failures: u32,
 }
 
+/// A memory's events, as the status keeps them: recommendations, scale-ups and scale-downs,
+/// each (time in ms, replicas).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Events {
+    /// Recent raw recommendations.
+    pub recommendations: Vec<(i64, u32)>,
+    /// Recent scale-ups (replicas added).
+    pub ups: Vec<(i64, u32)>,
+    /// Recent scale-downs (replicas removed).
+    pub downs: Vec<(i64, u32)>,
+}
+
 impl Memory {
-    /// A memory that knows only when the backlog was last active and how many reads failed
-    /// in a row (what the status keeps across operator restarts).
-    pub fn resumed(last_active_ms: Option<i64>, failures: u32) -> Self {
+    /// The memory the status kept across a restart or a change of operator leader.
+    pub fn resumed(last_active_ms: Option<i64>, failures: u32, events: Events) -> Self {
         Self {
+            recommendations: events.recommendations,
+            ups: events.ups,
+            downs: events.downs,
             last_active_ms,
             failures,
-            ..Self::default()
+        }
+    }
+
+    /// Its events, for the status.
+    pub fn events(&self) -> Events {
+        Events {
+            recommendations: self.recommendations.clone(),
+            ups: self.ups.clone(),
+            downs: self.downs.clone(),
         }
     }
 }

@@ -221,4 +221,33 @@ pub struct ConsumerAutoscalerStatus {
     /// `Active`, `Capped`, `MetricsAvailable`, `FallbackActive` (and `Paused` while paused).
     #[serde(default)]
     pub conditions: Vec<Condition>,
+    /// What the stabilization windows and rate policies look back on, kept here so that a
+    /// new operator leader (or a restarted operator) decides as the previous one would have.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub history: Option<ScalingHistory>,
+}
+
+/// The HPA's memory of recent decisions of one autoscaler.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ScalingHistory {
+    /// Recommendations within the longest stabilization window.
+    #[serde(default)]
+    pub recommendations: Vec<HistoryEntry>,
+    /// Scale-ups within the last 30 minutes (replicas added).
+    #[serde(default)]
+    pub scale_ups: Vec<HistoryEntry>,
+    /// Scale-downs within the last 30 minutes (replicas removed).
+    #[serde(default)]
+    pub scale_downs: Vec<HistoryEntry>,
+}
+
+/// One remembered recommendation or change.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HistoryEntry {
+    /// When, in milliseconds since the Unix epoch (metav1.Time keeps only seconds).
+    pub at_ms: i64,
+    /// Replicas recommended, added or removed.
+    pub replicas: i32,
 }

@@ -2,8 +2,8 @@
 //! `/scale`, the backlog and the queue cap, lets [`decide`] choose the count, sets it through
 //! `/scale` (the only write to the target: its owner keeps the rest of its spec), records an
 //! event for every change and writes the status. The HPA's memory of recent
-//! recommendations lives here, per autoscaler; the activity time and failure count that must
-//! survive a restart of the operator are in the status.
+//! recommendations lives here, per autoscaler, and in the status (`history`, with the activity
+//! time and the failure count), so it survives a restart of the operator or a new leader.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -21,7 +21,7 @@ use super::metrics::{broker_backlog, default_query, prometheus_backlog, queue_ca
 use super::recommend::Decision;
 use super::recommend::{decide, Direction, Memory, Rules};
 use super::resource::{AutoscalerMode, ConsumerAutoscaler, ConsumerAutoscalerSpec};
-use super::status::{after_poll, held, Hold, Poll};
+use super::status::{after_poll, events_of, held, Hold, Poll};
 use crate::crd::PAUSE_ANNOTATION;
 use crate::reconcile::context::FIELD_MANAGER;
 
@@ -178,7 +178,7 @@ async fn poll(
     remove_scaled_object(&ctx, &cas).await?;
     let uid = cas.uid().unwrap_or_default();
     let now_ms = now.as_millisecond();
-    let (decision, failures, last_active_ms) = {
+    let (decision, failures, last_active_ms, events) = {
         let mut memories = ctx.memories.lock().unwrap_or_else(|e| e.into_inner());
         memories.retain(|_, (used, _)| now_ms - *used < FORGET_AFTER_MS);
         // A deleted autoscaler's mark goes with its memory.
@@ -186,17 +186,19 @@ async fn poll(
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .retain(|uid| memories.contains_key(uid));
-        // What a restarted operator must not forget: the cooldown and the failures.
+        // What a restarted operator or a new leader must not forget: the cooldown, the
+        // failures, and the recommendations and changes the windows and policies look back on.
         let (used, memory) = memories.entry(uid).or_insert_with(|| {
             let memory = Memory::resumed(
                 old.last_active_time.as_ref().map(|t| t.0.as_millisecond()),
                 old.consecutive_failures.max(0) as u32,
+                events_of(&old),
             );
             (now_ms, memory)
         });
         *used = now_ms;
         let d = decide(&rules, current, backlog, cap, memory, now_ms);
-        (d, memory.failures, memory.last_active_ms)
+        (d, memory.failures, memory.last_active_ms, memory.events())
     };
     if decision.desired != current {
         let patch = serde_json::json!({ "spec": { "replicas": decision.desired } });
@@ -236,6 +238,7 @@ async fn poll(
             decision: &decision,
             failures,
             last_active: last_active_ms.and_then(|ms| Timestamp::from_millisecond(ms).ok()),
+            events,
         },
         now,
     );
@@ -303,6 +306,8 @@ async fn keda_poll(
             decision: &decision,
             failures: u32::from(backlog.is_err()),
             last_active: None,
+            // KEDA's HPA decides: no memory of ours to keep.
+            events: Default::default(),
         },
         now,
     );

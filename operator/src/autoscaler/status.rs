@@ -5,8 +5,8 @@
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
 
-use super::recommend::{Cap, Decision};
-use super::resource::ConsumerAutoscalerStatus;
+use super::recommend::{Cap, Decision, Events};
+use super::resource::{ConsumerAutoscalerStatus, HistoryEntry, ScalingHistory};
 use crate::reconcile::status::condition_of;
 
 /// The backlog is above the activation threshold.
@@ -35,6 +35,45 @@ pub struct Poll<'a> {
     pub failures: u32,
     /// The last time the backlog was above the activation threshold.
     pub last_active: Option<Timestamp>,
+    /// The memory's events after the decision.
+    pub events: Events,
+}
+
+/// The events a status kept (none when it kept none).
+pub fn events_of(status: &ConsumerAutoscalerStatus) -> Events {
+    let read = |entries: &[HistoryEntry]| -> Vec<(i64, u32)> {
+        entries
+            .iter()
+            .map(|e| (e.at_ms, e.replicas.max(0) as u32))
+            .collect()
+    };
+    status
+        .history
+        .as_ref()
+        .map(|h| Events {
+            recommendations: read(&h.recommendations),
+            ups: read(&h.scale_ups),
+            downs: read(&h.scale_downs),
+        })
+        .unwrap_or_default()
+}
+
+/// The status form of a memory's events.
+fn history_of(events: &Events) -> ScalingHistory {
+    let write = |events: &[(i64, u32)]| -> Vec<HistoryEntry> {
+        events
+            .iter()
+            .map(|&(at_ms, n)| HistoryEntry {
+                at_ms,
+                replicas: i32::try_from(n).unwrap_or(i32::MAX),
+            })
+            .collect()
+    };
+    ScalingHistory {
+        recommendations: write(&events.recommendations),
+        scale_ups: write(&events.ups),
+        scale_downs: write(&events.downs),
+    }
 }
 
 /// The status after a poll.
@@ -99,6 +138,7 @@ pub fn after_poll(
         },
         last_active_time: poll.last_active.map(Time),
         consecutive_failures: poll.failures as i32,
+        history: Some(history_of(&poll.events)),
         conditions: vec![
             cond(ACTIVE, d.active, active_reason, active_message),
             capped,
@@ -202,6 +242,7 @@ mod tests {
                 decision: &d,
                 failures: 0,
                 last_active: Some(now),
+                events: Default::default(),
             },
             now,
         );
@@ -223,6 +264,38 @@ mod tests {
     }
 
     #[test]
+    fn the_memory_of_recent_decisions_is_kept_in_the_status_and_read_back() {
+        let events = Events {
+            recommendations: vec![(1_000_500, 8), (1_015_500, 4)],
+            ups: vec![(1_000_500, 7)],
+            downs: vec![],
+        };
+        let d = decision(8, None, false);
+        let s = after_poll(
+            &Default::default(),
+            None,
+            &Poll {
+                current: 8,
+                backlog: Ok(800),
+                queue_cap: None,
+                decision: &d,
+                failures: 0,
+                last_active: None,
+                events: events.clone(),
+            },
+            Timestamp::from_second(1_016).unwrap(),
+        );
+        // Through JSON, as the API server stores it.
+        let stored: ConsumerAutoscalerStatus =
+            serde_json::from_value(serde_json::to_value(&s).unwrap()).unwrap();
+        assert_eq!(events_of(&stored), events);
+        assert_eq!(
+            events_of(&ConsumerAutoscalerStatus::default()),
+            Events::default()
+        );
+    }
+
+    #[test]
     fn a_failed_read_shows_why_and_keeps_the_last_scale_time() {
         let t0 = Timestamp::from_second(1_000).unwrap();
         let old = ConsumerAutoscalerStatus {
@@ -240,6 +313,7 @@ mod tests {
                 decision: &d,
                 failures: 3,
                 last_active: None,
+                events: Default::default(),
             },
             Timestamp::from_second(2_000).unwrap(),
         );

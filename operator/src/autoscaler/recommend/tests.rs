@@ -280,6 +280,25 @@ fn a_drop_of_the_queue_count_goes_through_the_down_window() {
 }
 
 #[test]
+fn a_resumed_memory_keeps_the_window_of_the_previous_leader() {
+    let r = rules();
+    let mut m = Memory::default();
+    assert_eq!(decide(&r, 10, Ok(1_000), None, &mut m, 0).desired, 10);
+    assert_eq!(decide(&r, 10, Ok(200), None, &mut m, 15 * S).desired, 10);
+    // A new leader starts from what the status kept: the earlier 10 still holds.
+    let mut resumed = Memory::resumed(m.last_active_ms, m.failures, m.events());
+    assert_eq!(
+        decide(&r, 10, Ok(200), None, &mut resumed, 30 * S).desired,
+        10
+    );
+    // Without it, it would have dropped at once.
+    assert_eq!(
+        decide(&r, 10, Ok(200), None, &mut Memory::default(), 30 * S).desired,
+        2
+    );
+}
+
+#[test]
 fn behavior_merges_over_the_defaults_and_bad_values_are_refused() {
     let behavior = HorizontalPodAutoscalerBehavior {
         scale_down: Some(HPAScalingRules {
