@@ -28,6 +28,19 @@ fn fast_up() -> Direction {
     }
 }
 
+/// Scale-down with no window, at most `value` pods per `period_s`.
+fn pods_down(value: u32, period_s: u32) -> Direction {
+    Direction {
+        window_s: 0,
+        select: Select::Max,
+        policies: vec![Policy {
+            kind: PolicyKind::Pods,
+            value,
+            period_s,
+        }],
+    }
+}
+
 const S: i64 = 1000;
 
 #[test]
@@ -122,15 +135,7 @@ fn scale_down_takes_the_highest_recommendation_of_the_window() {
 #[test]
 fn scale_down_policies_limit_the_rate() {
     let r = Rules {
-        down: Direction {
-            window_s: 0,
-            select: Select::Max,
-            policies: vec![Policy {
-                kind: PolicyKind::Pods,
-                value: 2,
-                period_s: 60,
-            }],
-        },
+        down: pods_down(2, 60),
         ..rules()
     };
     let mut m = Memory::default();
@@ -256,15 +261,7 @@ fn a_drop_of_the_queue_count_goes_through_the_down_window() {
     assert_eq!((d.desired, d.capped), (4, Some(Cap::Queues(4))));
     // Within the down rate too: at most one pod per 15 s here.
     let r = Rules {
-        down: Direction {
-            window_s: 0,
-            select: Select::Max,
-            policies: vec![Policy {
-                kind: PolicyKind::Pods,
-                value: 1,
-                period_s: 15,
-            }],
-        },
+        down: pods_down(1, 15),
         ..r
     };
     let mut m = Memory::default();
