@@ -204,6 +204,9 @@ produce 550
 wait_for 30 "550 messages, 100 per replica: 6 replicas" has_replicas deployment/orders-consumer 6
 scaled_status() { [ "$(st orders desiredReplicas)/$(st orders observedBacklog)/$(cond orders Active)" = "6/550/True/BacklogAboveActivation" ]; }
 wait_for 10 "status: desired 6, backlog 550, Active" scaled_status
+# The HPA memory a new leader resumes from: the recommendations and the scale-up, kept in the status.
+remembered() { [ -n "$(st orders 'history.recommendations[0].atMs')" ] && [ -n "$(st orders 'history.scaleUps[0].replicas')" ]; }
+wait_for 10 "status.history keeps the recommendations and the scale-up (what a new leader resumes from)" remembered
 # (The first poll may see part of the 550 messages, scaling 1 → 5 and then 5 → 6: the event
 # checked is the first scale, whatever its size, with its reason.)
 scaled_event() {
