@@ -25,6 +25,10 @@ if [[ ! -s "$CP_FILE" ]]; then
 fi
 LOG_DIR="${COMPAT_LOG_DIR:-$OUT/logs}"
 mkdir -p "$LOG_DIR"
+# Some commands write into the working directory (consumerStatus dumps each client's state to
+# ./<time>/<client id>): the JVM runs in the log directory, never in the checkout.
+LOG_DIR="$(cd "$LOG_DIR" && pwd)"
+cd "$LOG_DIR"
 JVM=(java -Xms32m -Xmx256m
   -Drocketmq.home.dir="$HERE/mqadmin"
   -Dcompat.logDir="$LOG_DIR"
