@@ -203,39 +203,24 @@ fn shrink_steps(
         .and_then(|f| f.get(&builders::scope(mqc)))
         .map(|c| c.state());
     let cluster = mqc.metadata.name.clone().unwrap_or_default();
-    let names: Vec<(i32, String, i32)> = existing
-        .iter()
-        .filter(|(index, _)| **index < mqc.spec.broker.groups)
-        .map(|(index, sts)| {
-            let current = sts.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
-            (
-                *index,
-                builders::names::broker_group(&cluster, *index),
-                current,
-            )
-        })
-        .collect();
     let now = Timestamp::now();
-    let groups: Vec<(i32, shrink::GroupShrink<'_>, Option<roll::RollStep>)> = names
-        .iter()
-        .map(|(index, name, current)| {
-            let group = decided.as_ref().and_then(|d| d.groups.get(name));
-            let g = shrink::GroupShrink {
-                name,
-                current: *current,
-                decided: group,
-                master_since: status::master_since(mqc, name, group, now),
-            };
-            (*index, g, shrink::step(want, failover, &g))
-        })
-        .collect();
-    let views: Vec<_> = groups.iter().map(|(_, g, s)| (*g, s.clone())).collect();
-    let replicas = shrink::replicas(want, &views);
-    let steps = groups
-        .into_iter()
-        .filter_map(|(index, _, step)| Some((index, step?)))
-        .collect();
-    (steps, replicas)
+    let mut steps = std::collections::BTreeMap::new();
+    let mut held = Vec::new();
+    for (index, sts) in existing.range(..mqc.spec.broker.groups) {
+        let name = builders::names::broker_group(&cluster, *index);
+        let group = decided.as_ref().and_then(|d| d.groups.get(&name));
+        let g = shrink::GroupShrink {
+            name: &name,
+            current: sts.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1),
+            decided: group,
+            master_since: status::master_since(mqc, &name, group, now),
+        };
+        if let Some(step) = shrink::step(want, failover, &g) {
+            held.push(g.current);
+            steps.insert(*index, step);
+        }
+    }
+    (steps, shrink::replicas(want, held))
 }
 
 /// `action`, or a requeue after `due` when that comes first: a step of the certificates'

@@ -184,8 +184,6 @@ pub(super) fn field_env(name: &str, path: &str) -> EnvVar {
     }
 }
 
-/// Pod settings shared by name-server and broker pods: pull secrets, security, placement
-/// (kept apart from the pods `peers` selects: see `placement`).
 /// The metadata of a pod template: the operator's `labels` and `annotations` over those of
 /// `spec.podTemplate` (the operator's win on a clash: selectors and the config hash rely on them).
 pub(super) fn pod_template_metadata(
@@ -204,6 +202,8 @@ pub(super) fn pod_template_metadata(
     }
 }
 
+/// Pod settings shared by name-server and broker pods: pull secrets, security, placement
+/// (kept apart from the pods `peers` selects: see `placement`).
 pub(super) fn common_pod_spec(
     spec: &crate::crd::MessageQueueClusterSpec,
     peers: &BTreeMap<String, String>,

@@ -89,14 +89,10 @@ pub fn step(want: i32, failover: bool, group: &GroupShrink<'_>) -> Option<RollSt
     }
 }
 
-/// The replica count to apply to every group this reconcile: `want`, unless a group still has
-/// a step to take, in which case the highest current count stays.
-pub fn replicas(want: i32, groups: &[(GroupShrink<'_>, Option<RollStep>)]) -> i32 {
-    groups
-        .iter()
-        .filter(|(_, step)| step.is_some())
-        .map(|(g, _)| g.current)
-        .fold(want, i32::max)
+/// The replica count to apply to every group this reconcile: `want`, or the highest current
+/// count of the groups that still have a step to take (`held`).
+pub fn replicas(want: i32, held: impl IntoIterator<Item = i32>) -> i32 {
+    held.into_iter().fold(want, i32::max)
 }
 
 #[cfg(test)]
@@ -197,9 +193,14 @@ mod tests {
         let d0 = decided(0, &[0, 1]);
         let d1 = decided(1, &[0, 1]);
         let (g0, g1) = (group(2, Some(&d0)), group(2, Some(&d1)));
-        let steps = vec![(g0, step(1, true, &g0)), (g1, step(1, true, &g1))];
-        assert_eq!(replicas(1, &steps), 2);
-        let steps = vec![(g0, step(1, true, &g0))];
-        assert_eq!(replicas(1, &steps), 1);
+        let held = |groups: &[GroupShrink<'_>]| -> Vec<i32> {
+            groups
+                .iter()
+                .filter(|g| step(1, true, g).is_some())
+                .map(|g| g.current)
+                .collect()
+        };
+        assert_eq!(replicas(1, held(&[g0, g1])), 2);
+        assert_eq!(replicas(1, held(&[g0])), 1);
     }
 }
