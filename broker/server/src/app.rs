@@ -362,10 +362,12 @@ pub async fn start(mut cfg: AppConfig) -> Result<Running, StartError> {
 }
 
 impl Running {
-    /// Graceful stop: stop accepting, finish requests in flight, unregister, persist offsets,
+    /// Graceful stop: a controller-mode master first hands its group over to an in-sync
+    /// slave; then stop accepting, finish requests in flight, unregister, persist offsets,
     /// flush and close the store.
     pub async fn stop(mut self) {
         if let Some(broker) = &self.broker {
+            broker.replication().hand_over_before_stop().await;
             broker.begin_stop();
         }
         self.shutdown.cancel();

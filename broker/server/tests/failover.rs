@@ -1090,6 +1090,65 @@ async fn a_switchover_under_asynchronous_replication_loses_no_acknowledged_messa
     assert!(unexpected.is_empty(), "never sent: {unexpected:?}");
 }
 
+/// SIGTERM to a master (a node drain, a rolling restart) under asynchronous replication: the
+/// master hands the group over to its in-sync slave before it stops, so the slave it leaves
+/// holds every message it acknowledged (a plain stop would leave the slave's missing tail to
+/// be cut when the old master rejoins), and the slave is master before the old one has
+/// exited. Four producers keep a send in flight at all times, aimed at the master.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_on_a_master_hands_the_group_over_and_loses_nothing_under_asynchronous_replication(
+) {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut cluster = Cluster::start_with(tmp.path(), "synchronous = false\n").await;
+    let producers = Producers::start(&cluster, 4);
+    let stops = 3;
+    for round in 0..stops {
+        let what = format!("stop {round}");
+        let old = producers.in_sync_with_traffic(&cluster, 200, &what).await;
+        let (_, epoch) = cluster.master().await.expect("a master");
+        let status = cluster.brokers[old]
+            .as_mut()
+            .unwrap()
+            .terminate(DEADLINE)
+            .await;
+        assert!(status.success(), "{what}: exit status {status}");
+        let log = std::fs::read_to_string(&cluster.nodes[old].log).unwrap_or_default();
+        assert!(
+            log.contains("stopping: the group was handed over"),
+            "{what}: the master stopped without handing over\n{}",
+            cluster.logs()
+        );
+        // Elected before the old master exited: no detection delay.
+        assert_eq!(
+            cluster.master().await,
+            Some((1 - old, epoch + 1)),
+            "{what}\n{}",
+            cluster.logs()
+        );
+        producers.aim(1 - old);
+        cluster.spawn(old).await;
+        *producers.addrs.lock().unwrap() = Producers::addresses(&cluster);
+    }
+    let (ok, attempted) = producers.stop().await;
+    let seen = final_bodies(&cluster).await;
+    let lost: Vec<&String> = ok.difference(&seen).collect();
+    let unexpected: Vec<&String> = seen.difference(&attempted).collect();
+    eprintln!(
+        "SIGTERM to the master under asynchronous replication: {} acknowledged, {} lost over \
+         {stops} stops",
+        ok.len(),
+        lost.len()
+    );
+    assert!(
+        lost.is_empty(),
+        "acknowledged but lost when the master stopped: {} (first {:?})\n{}",
+        lost.len(),
+        lost.iter().take(10).collect::<Vec<_>>(),
+        cluster.logs()
+    );
+    assert!(unexpected.is_empty(), "never sent: {unexpected:?}");
+}
+
 /// An isolated master, in network namespaces: b0 alone on one host; b1 and the controller
 /// on another; the name server and the clients (this test) in the test's own namespace, on
 /// the bridge between them. The cut drops every packet between b0's host and the other host

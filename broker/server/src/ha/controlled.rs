@@ -19,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 use super::acks::Requirement;
 use super::replication::{Replication, RoleState};
 use crate::controller::processor::{
-    parse_replica_info, SyncStateSetBody, CONTROLLER_SCOPE, HAND_OFF_READY,
+    parse_replica_info, SyncStateSetBody, CONTROLLER_SCOPE, HAND_OFF, HAND_OFF_READY,
 };
 use crate::controller::ReplicaInfo;
 
@@ -55,8 +55,9 @@ pub(super) async fn run(repl: Arc<Replication>, shutdown: CancellationToken) {
             // A master whose slave's stream closed drops it from the in-sync set now (the
             // keeper runs after this heartbeat), not up to a tick later.
             _ = repl.acks.slave_left(), if repl.is_master() => {}
-            // A former master relayed writes here: this replica may be their master already.
-            _ = repl.ask_controller.notified(), if !repl.is_master() => {}
+            // A former master relayed writes here (this replica may be their master already),
+            // or a stopping master asked for a switchover (the answer tells it to hand over).
+            _ = repl.ask_controller.notified() => {}
             _ = shutdown.cancelled() => return,
         }
         let addr = &addrs[which % addrs.len()];
@@ -184,6 +185,84 @@ async fn hand_off(repl: &Arc<Replication>, client: &RemotingClient, controller: 
         }
     }
     drop(hold);
+}
+
+/// The longest a stopping master waits for its group to be handed over: the controller's
+/// switchover, the master's own hold ([`HAND_OFF_LIMIT`]) and the election, well inside a
+/// pod's termination grace period (60 s by default). Past it the master stops anyway, as
+/// it did before hand-overs existed: the controller elects a slave when its connection
+/// closes.
+const STOP_HAND_OFF_LIMIT: Duration = Duration::from_secs(10);
+
+/// See [`Replication::hand_over_before_stop`]. The candidates are the connected slaves, the
+/// furthest first; the controller accepts only an alive member of the in-sync set, so a
+/// refused one makes way for the next. Once the controller started the switchover, the
+/// follower loop, woken at once, is told to hand over on its heartbeat and runs
+/// [`hand_off`]; this waits for the role to change.
+pub(super) async fn hand_over_before_stop(repl: &Arc<Replication>) {
+    if !repl.is_master() {
+        return;
+    }
+    let mut candidates: Vec<_> = repl
+        .acks
+        .slaves()
+        .into_iter()
+        .filter(|s| s.connection.is_some() && s.broker_id != repl.broker_id)
+        .collect();
+    if candidates.is_empty() {
+        return; // nobody to hand over to: the group is unavailable until this one is back
+    }
+    candidates.sort_by_key(|s| std::cmp::Reverse(s.acked));
+    let started = Instant::now();
+    let client = RemotingClient::new(RemotingConfig::default());
+    let mut asked = None;
+    'ask: for addr in &repl.config.controller_addrs {
+        for slave in &candidates {
+            let request = controller_request(repl, rc::CONTROLLER_ELECT_MASTER)
+                .with_ext("brokerName", &repl.broker_name)
+                .with_ext("brokerId", slave.broker_id)
+                .with_ext(HAND_OFF, "true");
+            match client.invoke_timeout(addr, request, REQUEST_TIMEOUT).await {
+                Ok(r) if r.code == resp::SUCCESS => {
+                    asked = Some(slave.broker_id);
+                    break 'ask;
+                }
+                Ok(r) => tracing::info!(
+                    target = slave.broker_id,
+                    code = r.code,
+                    remark = ?r.remark,
+                    "stopping: the controller refused a hand-over to this replica"
+                ),
+                // Another controller address may answer.
+                Err(e) => {
+                    tracing::warn!(controller = %addr, error = %e, "stopping: controller unreachable");
+                    continue 'ask;
+                }
+            }
+        }
+    }
+    let Some(target) = asked else {
+        tracing::warn!("stopping as master: no in-sync replica could take the group over");
+        return;
+    };
+    tracing::info!(target, "stopping: handing the group over first");
+    repl.ask_controller_now();
+    let mut role = repl.role_changes();
+    let deadline = started + STOP_HAND_OFF_LIMIT;
+    while matches!(*role.borrow_and_update(), RoleState::Master { .. }) {
+        if tokio::time::timeout_at(deadline, role.changed()).await.is_err() {
+            tracing::warn!(
+                target,
+                "stopping as master: the hand-over did not complete in time"
+            );
+            return;
+        }
+    }
+    tracing::info!(
+        target,
+        took_ms = started.elapsed().as_millis() as u64,
+        "stopping: the group was handed over"
+    );
 }
 
 /// A request to the controller, carrying this broker's `controllerScope` when it has one.

@@ -55,4 +55,15 @@ impl Replication {
             tokio::join!(serving, following);
         }
     }
+
+    /// Before a graceful stop (SIGTERM: a node drain, a rolling restart, Ctrl-C): a
+    /// controller-mode master hands its group over to an in-sync slave and waits, bounded,
+    /// until it is a slave itself, so that the stop loses nothing it acknowledged, under
+    /// asynchronous replication too, and clients meet a master at once instead of after the
+    /// controller's failure detection. Returns at once in any other case.
+    pub async fn hand_over_before_stop(self: &Arc<Self>) {
+        if self.config.controller_mode() {
+            controlled::hand_over_before_stop(self).await;
+        }
+    }
 }
