@@ -980,6 +980,70 @@ ns_ready() { [ "$(K get pod pods-namesrv-0 -o jsonpath='{.status.conditions[?(@.
 wait_for 180 "the name server pod is Ready again on the good image" ns_ready
 grep -a "rolling restart: deleting the pod" "$D/operator.log" | sed 's/\x1b\[[0-9;]*m//g' | tail -n 2 | cut -c1-200 | sed 's/^/    /'
 
+# `kubectl drain` of the master's node under a Java producer on Async replication (issue 27).
+# The tier has one node: the drain is limited to the master's pod (--pod-selector), evicted
+# through the Eviction API as drain does every pod, the node cordoned meanwhile. On SIGTERM the
+# master hands the group over to its in-sync slave before it stops, so nothing it acknowledged
+# is missing from the new master, although under Async the slave lags the acknowledgements.
+echo "== real pods: kubectl drain of the master's node under load, Async replication"
+if [ -n "$CP" ]; then
+  NS_IP=$(K get pod pods-namesrv-0 -o jsonpath='{.status.podIP}')
+  wait_for 120 "both replicas in sync before the change to Async" both_in_sync
+  uid0=$(K get pod pods-broker-0-0 -o jsonpath='{.metadata.uid}')
+  uid1=$(K get pod pods-broker-0-1 -o jsonpath='{.metadata.uid}')
+  K patch mqc pods --type merge -p '{"spec":{"broker":{"replicationMode":"Async"}}}' >/dev/null
+  async_rolled() {
+    [ "$(K get pod pods-broker-0-0 -o jsonpath='{.metadata.uid}')" != "$uid0" ] &&
+      [ "$(K get pod pods-broker-0-1 -o jsonpath='{.metadata.uid}')" != "$uid1" ] &&
+      [ "$(K get sts pods-broker-0 -o jsonpath='{.status.updatedReplicas}/{.status.readyReplicas}')" = 2/2 ] &&
+      [ -z "$(K get mqc pods -o jsonpath='{.status.groups[0].rollout}')" ] && both_in_sync
+  }
+  wait_for 420 "replicationMode Async rolled out: both broker pods replaced, Ready and in sync" async_rolled
+  async_cfg() { K get cm pods-broker-0-config -o jsonpath='{.data.pods-broker-0-0\.toml}' | grep -q '^synchronous = false'; }
+  check "the brokers' configuration says asynchronous replication" async_cfg
+  mkdir -p "$D/ledger-drain"
+  # pods-client was deleted in the ACL section: the admin user signs from here on.
+  LEDGER_USER=pods-admin LEDGER_SK="$CONVEYOR_SECRET_KEY"
+  (java_run produce-defaults "$NS_IP:9876" PodsTopic "$D/ledger-drain" > "$D/producer-drain.out" 2>"$D/producer-drain.log") &
+  PRODUCER=$!
+  drain_acked() { [ "$(wc -l < "$D/ledger-drain/ok" 2>/dev/null || echo 0)" -ge 500 ]; }
+  wait_for 120 "a Java producer got 500 SEND_OK" drain_acked
+  DR_MASTER=$(K get mqc pods -o jsonpath='{.status.groups[0].master}')
+  DR_EPOCH=$(K get mqc pods -o jsonpath='{.status.groups[0].epoch}')
+  case "$DR_MASTER" in pods-broker-0-0) DR_OTHER=pods-broker-0-1 ;; *) DR_OTHER=pods-broker-0-0 ;; esac
+  # The master's own log, which the kubelet removes with the pod.
+  (K logs -f "$DR_MASTER" > "$D/drained-master.log" 2>&1) &
+  DR_T0=$(date +%s%3N)
+  if K drain pods-node-0 --pod-selector="statefulset.kubernetes.io/pod-name=$DR_MASTER" \
+      --ignore-daemonsets --delete-emptydir-data --timeout=180s > "$D/drain.out" 2>&1; then
+    ok "kubectl drain pods-node-0 evicted the master $DR_MASTER ($(( $(date +%s%3N) - DR_T0 )) ms)"
+  else
+    bad "kubectl drain of the master's pod failed"; sed 's/^/    /' "$D/drain.out" | tail -n 5
+  fi
+  check "the master handed the group over on SIGTERM before it stopped (its log)" \
+    grep -q "stopping: the group was handed over" "$D/drained-master.log"
+  grep -a "stopping:" "$D/drained-master.log" | sed 's/\x1b\[[0-9;]*m//g' | cut -c1-220 | sed 's/^/    /'
+  check "$DR_OTHER is master in epoch $((DR_EPOCH + 1))" \
+    test "$(K get mqc pods -o jsonpath='{.status.groups[0].master}/{.status.groups[0].epoch}')" = "$DR_OTHER/$((DR_EPOCH + 1))"
+  K uncordon pods-node-0 >/dev/null
+  back_in_sync() { [[ "$(group_status)" == $DR_OTHER/*/*pods-broker-0-0*pods-broker-0-1* ]]; }
+  wait_for 240 "uncordoned: the evicted pod is recreated and rejoins as an in-sync slave" back_in_sync
+  DR_T1=$(date +%s%3N)
+  base=$(wc -l < "$D/ledger-drain/ok")
+  more() { [ "$(wc -l < "$D/ledger-drain/ok")" -ge $((base + 200)) ]; }
+  wait_for 120 "the producer kept writing" more
+  touch "$D/ledger-drain/stop"; wait "$PRODUCER" || true
+  echo "    $(cat "$D/producer-drain.out")"
+  failed=$(awk -v a="$DR_T0" -v b="$DR_T1" '$2 >= a && $2 <= b' "$D/ledger-drain/failed" | wc -l)
+  gap=$(awk -v a="$((DR_T0 - 1000))" -v b="$DR_T1" '$1 >= a && $1 <= b {if (p && $1 - p > g) g = $1 - p; p = $1} END {print g + 0}' "$D/ledger-drain/ok-at")
+  echo "    during the drain: $failed failed sends, longest time between two SEND_OKs $gap ms"
+  java_run drain "$NS_IP:9876" PodsTopic "$D/ledger-drain" > "$D/drain-drain.out" 2>"$D/drain-drain.log" || true
+  missing=$(comm -23 <(sort -u "$D/ledger-drain/ok") <(sort -u "$D/ledger-drain/seen" 2>/dev/null) | wc -l)
+  if [ "$missing" = 0 ]; then ok "a Java consumer received every SEND_OK message of the drain ($(wc -l < "$D/ledger-drain/ok"))"
+  else bad "$missing SEND_OK messages of the drain were not received"; fi
+  unset LEDGER_USER LEDGER_SK
+fi
+
 # replicasPerGroup 2 -> 1 under a Java producer (issue 27). The StatefulSet removes the highest
 # ordinal, pods-broker-0-1, made master first (its peer's container killed). The operator must
 # hand the master role to pods-broker-0-0 (in sync) before it lowers the count, and wait until

@@ -1096,8 +1096,8 @@ async fn a_switchover_under_asynchronous_replication_loses_no_acknowledged_messa
 /// be cut when the old master rejoins), and the slave is master before the old one has
 /// exited. Four producers keep a send in flight at all times, aimed at the master.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sigterm_on_a_master_hands_the_group_over_and_loses_nothing_under_asynchronous_replication(
-) {
+async fn sigterm_on_a_master_hands_the_group_over_and_loses_nothing_under_asynchronous_replication()
+{
     let tmp = tempfile::tempdir().unwrap();
     let mut cluster = Cluster::start_with(tmp.path(), "synchronous = false\n").await;
     let producers = Producers::start(&cluster, 4);

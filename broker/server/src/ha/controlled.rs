@@ -250,7 +250,10 @@ pub(super) async fn hand_over_before_stop(repl: &Arc<Replication>) {
     let mut role = repl.role_changes();
     let deadline = started + STOP_HAND_OFF_LIMIT;
     while matches!(*role.borrow_and_update(), RoleState::Master { .. }) {
-        if tokio::time::timeout_at(deadline, role.changed()).await.is_err() {
+        if tokio::time::timeout_at(deadline, role.changed())
+            .await
+            .is_err()
+        {
             tracing::warn!(
                 target,
                 "stopping as master: the hand-over did not complete in time"
