@@ -10,6 +10,7 @@ pub mod brokers;
 pub mod conditions;
 pub mod context;
 pub mod drain;
+pub mod expand;
 pub mod observe;
 pub mod plan;
 pub mod roll;

@@ -485,6 +485,67 @@ wait_for 60 "probe settings and deleteClaim reach the StatefulSets (unset timing
 refused_probe() { ! K patch mqc demo --type merge -p '{"spec":{"broker":{"livenessProbe":{"periodSeconds":0}}}}' >/dev/null 2>&1; }
 check "a probe period of 0 is refused by the CRD schema" refused_probe
 
+echo "-- volume expansion"
+# No StatefulSet controller or provisioner runs here: the claims the StatefulSet controller
+# would make are created by hand and marked Bound through their status (what the PV
+# controller does), which is what the API server's resize admission looks at.
+K apply -f - >/dev/null <<'EOF2'
+apiVersion: storage.k8s.io/v1
+kind: StorageClass
+metadata: {name: conveyor-expandable}
+provisioner: example.com/no-provisioner
+allowVolumeExpansion: true
+---
+apiVersion: storage.k8s.io/v1
+kind: StorageClass
+metadata: {name: conveyor-fixed}
+provisioner: example.com/no-provisioner
+allowVolumeExpansion: false
+EOF2
+claim() { # claim NAME CLASS: a bound 10Gi claim of the demo-broker-0 StatefulSet
+  K apply -f - >/dev/null <<EOF2
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {name: $1, namespace: default}
+spec:
+  accessModes: [ReadWriteOnce]
+  storageClassName: $2
+  resources: {requests: {storage: 10Gi}}
+EOF2
+  K patch pvc "$1" --subresource=status --type merge -p '{"status":{"phase":"Bound","capacity":{"storage":"10Gi"}}}' >/dev/null
+}
+EX_REPLICAS=$(K get sts demo-broker-0 -o jsonpath='{.spec.replicas}')
+claim data-demo-broker-0-0 conveyor-fixed
+STS_UID=$(K get sts demo-broker-0 -o jsonpath='{.metadata.uid}')
+K patch mqc demo --type merge -p '{"spec":{"broker":{"storage":{"size":"20Gi"}}}}' >/dev/null
+refused_class() { [ "$(cond Stalled)/$(cond_reason Stalled)" = "True/StorageExpansionRefused" ] && K get mqc demo -o jsonpath='{.status.conditions[?(@.type=="Stalled")].message}' | grep -q "conveyor-fixed"; }
+wait_for 60 "a claim whose StorageClass does not allow expansion: Stalled=True StorageExpansionRefused, naming the class" refused_class
+check "... and nothing changed: the claim still asks 10Gi, the StatefulSet is the same one" test \
+  "$(K get pvc data-demo-broker-0-0 -o jsonpath='{.spec.resources.requests.storage}')/$(K get sts demo-broker-0 -o jsonpath='{.metadata.uid}')" = "10Gi/$STS_UID"
+K delete pvc data-demo-broker-0-0 --wait=true --timeout=30s >/dev/null 2>&1 || K patch pvc data-demo-broker-0-0 --type merge -p '{"metadata":{"finalizers":null}}' >/dev/null
+gone_claim() { ! K get pvc data-demo-broker-0-0 >/dev/null 2>&1; }
+wait_for 30 "the fixed-class claim is gone" gone_claim
+for i in $(seq 0 $((EX_REPLICAS - 1))); do claim "data-demo-broker-0-$i" conveyor-expandable; done
+K annotate mqc demo conveyor.dev/nudge="$(date +%s)" --overwrite >/dev/null
+expanded() {
+  local i
+  for i in $(seq 0 $((EX_REPLICAS - 1))); do
+    [ "$(K get pvc "data-demo-broker-0-$i" -o jsonpath='{.spec.resources.requests.storage}')" = 20Gi ] || return 1
+  done
+  [ "$(K get sts demo-broker-0 -o jsonpath='{.spec.volumeClaimTemplates[0].spec.resources.requests.storage}')" = 20Gi ] &&
+    [ "$(K get sts demo-broker-0 -o jsonpath='{.metadata.uid}')" != "$STS_UID" ] && [ "$(cond Stalled)" = False ]
+}
+wait_for 90 "StorageClass allows it: each of the $EX_REPLICAS claims asks 20Gi, the StatefulSet recreated with a 20Gi claim template, not Stalled" expanded
+expansion_event() { K get events.events.k8s.io -o jsonpath='{range .items[*]}{.reason}: {.note}{"\n"}{end}' | grep -q "^VolumeExpansion: demo-broker-0: claims data-demo-broker-0-0"; }
+wait_for 30 "a VolumeExpansion event names the claims" expansion_event
+K patch mqc demo --type merge -p '{"spec":{"broker":{"storage":{"size":"10Gi"}}}}' >/dev/null
+refused_shrink() { [ "$(cond Stalled)/$(cond_reason Stalled)" = "True/StorageChangeRefused" ] && K get mqc demo -o jsonpath='{.status.conditions[?(@.type=="Stalled")].message}' | grep -q "cannot shrink"; }
+wait_for 60 "a smaller size: Stalled=True StorageChangeRefused (volumes cannot shrink)" refused_shrink
+K patch mqc demo --type merge -p '{"spec":{"broker":{"storage":{"size":"20Gi"}}}}' >/dev/null
+wait_for 60 "back to 20Gi: not Stalled" unstalled
+for i in $(seq 0 $((EX_REPLICAS - 1))); do K delete pvc "data-demo-broker-0-$i" --wait=false >/dev/null; done
+K delete storageclass conveyor-expandable conveyor-fixed --wait=false >/dev/null
+
 echo "-- the controller state is compare-and-set (two controllers on one ConfigMap)"
 check "cargo test controller_state against the API server" quiet \
   cargo test -q -p conveyor-operator --test controller_state -- --ignored

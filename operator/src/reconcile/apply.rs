@@ -12,9 +12,11 @@ use kube::{Client, Resource};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
+use super::conditions::Reason;
 use super::context::{Context, Error, FIELD_MANAGER};
+use super::expand::{expand, Expanded};
 use super::observe::ExistingGroups;
-use super::plan::{GroupAction, Plan};
+use super::plan::{GroupAction, Plan, Stall};
 use super::roll::RollStep;
 use super::status::{Notice, Observed};
 use crate::crd::{MessageQueueCluster, MessageQueueClusterStatus};
@@ -83,6 +85,7 @@ pub async fn apply_plan(
     apply(client, ns, &ns_objects.pdb).await?;
 
     let mut groups = BTreeMap::new();
+    let (mut expansions, mut stalls) = (Vec::new(), Vec::new());
     for g in &plan.groups {
         let sts = match &g.action {
             GroupAction::Keep | GroupAction::Drain => existing.get(&g.index).cloned(),
@@ -92,6 +95,42 @@ pub async fn apply_plan(
                 let sts = apply(client, ns, &objects.statefulset).await?;
                 apply(client, ns, &objects.pdb).await?;
                 Some(sts)
+            }
+            GroupAction::Expand(objects) => {
+                // The StatefulSet as it is until the next reconcile creates it again.
+                let current = existing.get(&g.index).cloned();
+                let size = objects
+                    .statefulset
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.volume_claim_templates.as_ref())
+                    .and_then(|c| c.first())
+                    .and_then(|c| c.spec.as_ref()?.resources.as_ref()?.requests.as_ref())
+                    .and_then(|r| r.get("storage"))
+                    .map(|q| q.0.clone());
+                if let (Some(sts), Some(size)) = (&current, size) {
+                    match expand(client, ns, sts, &size).await? {
+                        Expanded::Requested(claims) => expansions.push(format!(
+                            "{}: claims {} grown to {size}; the StatefulSet is recreated with the \
+                             new claim template, its pods kept",
+                            g.name,
+                            if claims.is_empty() {
+                                "(none to grow)".to_string()
+                            } else {
+                                claims.join(", ")
+                            }
+                        )),
+                        Expanded::Refused(why) => stalls.push(Stall {
+                            reason: Reason::StorageExpansionRefused,
+                            message: format!("{}: {why}; the group is left unchanged", g.name),
+                        }),
+                    }
+                }
+                // Everything but the StatefulSet, which stays as it is until then.
+                apply(client, ns, &objects.config_map).await?;
+                apply(client, ns, &objects.service).await?;
+                apply(client, ns, &objects.pdb).await?;
+                current
             }
         };
         if let Some(sts) = sts {
@@ -103,6 +142,8 @@ pub async fn apply_plan(
         groups,
         rollouts: BTreeMap::new(),
         drains: BTreeMap::new(),
+        expansions,
+        stalls,
     })
 }
 

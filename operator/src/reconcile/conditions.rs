@@ -73,6 +73,8 @@ pub enum Reason {
     Resumed,
     /// Refusal: the storage size or class of an existing group changed.
     StorageChangeRefused,
+    /// Refusal: a larger storage size, but a claim's StorageClass does not allow expansion.
+    StorageExpansionRefused,
     /// Refusal: a `broker.config` override does not render.
     InvalidConfig,
     /// Refusal: ACL is on but the operator has no cluster secret (it cannot read or create
@@ -96,6 +98,7 @@ impl Reason {
             Reason::Paused => "Paused",
             Reason::Resumed => "Resumed",
             Reason::StorageChangeRefused => "StorageChangeRefused",
+            Reason::StorageExpansionRefused => "StorageExpansionRefused",
             Reason::InvalidConfig => "InvalidConfig",
             Reason::NoClusterSecret => "NoClusterSecret",
             Reason::MastersElected => "MastersElected",
@@ -122,6 +125,8 @@ pub const MASTER_PROMOTED: &str = "MasterPromoted";
 pub const ACTION_ROLL: &str = "Roll";
 /// Event `reason` of a broker pod deleted by the roll (its StatefulSet recreates it).
 pub const ROLLING_RESTART: &str = "RollingRestart";
+/// Event `reason` of a volume expansion (claims grown, StatefulSet recreated; see `expand`).
+pub const VOLUME_EXPANSION: &str = "VolumeExpansion";
 /// Event `reason` of a switchover the roll asked for before restarting a master.
 pub const SWITCHOVER: &str = "Switchover";
 

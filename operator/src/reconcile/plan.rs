@@ -9,6 +9,7 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::ResourceExt;
 
 use super::conditions::Reason;
+use super::expand::{storage_change, StorageChange};
 use super::observe::ExistingGroups;
 use crate::builders::{self, names, OperatorEnv};
 use crate::crd::MessageQueueCluster;
@@ -89,6 +90,10 @@ pub enum GroupAction {
     Apply(Box<BrokerGroupObjects>),
     /// Leave the existing group unchanged (its storage cannot change; see [`Plan::stalls`]).
     Keep,
+    /// Grow the group's claims to the spec's size (see `expand`), then apply these objects:
+    /// the StatefulSet, whose claim template cannot change, is deleted with its pods kept and
+    /// created again by the next reconcile.
+    Expand(Box<BrokerGroupObjects>),
     /// A group past `spec.broker.groups`: leave its objects, drain it (see `drain`) and remove
     /// it once empty.
     Drain,
@@ -145,40 +150,46 @@ fn claim_storage(sts: &StatefulSet) -> Option<(Option<String>, Option<String>)> 
     Some((size, spec.storage_class_name.clone()))
 }
 
-/// Checks the spec against what exists: claim templates cannot change (that needs a data
-/// migration a later version adds). Returns the refusals and the indices of the groups to
-/// leave unchanged. (Groups past the spec are drained, not refused: see [`plan`].)
-pub fn find_stalls(mqc: &MessageQueueCluster, existing: &ExistingGroups) -> (Vec<Stall>, Vec<i32>) {
+/// Checks the spec against what exists: a claim template can only grow (see `expand`);
+/// a smaller size or another class is refused. Returns the refusals, the indices of the
+/// groups to leave unchanged, and those whose claims grow. (Groups past the spec are drained,
+/// not refused: see [`plan`].)
+pub fn find_stalls(
+    mqc: &MessageQueueCluster,
+    existing: &ExistingGroups,
+) -> (Vec<Stall>, Vec<i32>, Vec<i32>) {
     let mut stalls = Vec::new();
     let mut frozen = Vec::new();
+    let mut growing = Vec::new();
     let groups = mqc.spec.broker.groups;
     let storage = &mqc.spec.broker.storage;
     for (g, sts) in existing.iter().filter(|(g, _)| **g < groups) {
-        if let Some((size, class)) = claim_storage(sts) {
-            let class_changed =
-                storage.storage_class_name.is_some() && class != storage.storage_class_name;
-            if size.as_deref() != Some(storage.size.as_str()) || class_changed {
+        let Some((size, class)) = claim_storage(sts) else {
+            continue;
+        };
+        match storage_change(
+            size.as_deref(),
+            class.as_deref(),
+            &storage.size,
+            storage.storage_class_name.as_deref(),
+        ) {
+            StorageChange::Same => {}
+            StorageChange::Grow => growing.push(*g),
+            StorageChange::Refused(why) => {
                 frozen.push(*g);
                 stalls.push(Stall {
                     reason: Reason::StorageChangeRefused,
-                    message: format!(
-                        "{}: volume claim templates are immutable (have size {} class {}, spec asks {} class {}); the group is left unchanged",
-                        sts.name_any(),
-                        size.unwrap_or_default(),
-                        class.unwrap_or_else(|| "<default>".into()),
-                        storage.size,
-                        storage.storage_class_name.clone().unwrap_or_else(|| "<default>".into()),
-                    ),
+                    message: format!("{}: {why}; the group is left unchanged", sts.name_any()),
                 });
             }
         }
     }
-    (stalls, frozen)
+    (stalls, frozen, growing)
 }
 
 /// Plans the reconcile of an active cluster given the broker groups that exist.
 pub fn plan(mqc: &MessageQueueCluster, existing: &ExistingGroups, env: &OperatorEnv) -> Plan {
-    let (mut stalls, frozen) = find_stalls(mqc, existing);
+    let (mut stalls, frozen, growing) = find_stalls(mqc, existing);
 
     // Render every group's configuration first: a bad override stalls the brokers as a whole.
     let mut configs = Vec::new();
@@ -205,12 +216,17 @@ pub fn plan(mqc: &MessageQueueCluster, existing: &ExistingGroups, env: &Operator
             action: if frozen.contains(&index) {
                 GroupAction::Keep
             } else {
-                GroupAction::Apply(Box::new(BrokerGroupObjects {
+                let objects = Box::new(BrokerGroupObjects {
                     service: builders::broker_headless_service(mqc, index),
                     statefulset: builders::broker_statefulset(mqc, index, &config_map, env),
                     pdb: builders::broker_pdb(mqc, index),
                     config_map,
-                }))
+                });
+                if growing.contains(&index) {
+                    GroupAction::Expand(objects)
+                } else {
+                    GroupAction::Apply(objects)
+                }
             },
         })
         .collect();
@@ -295,7 +311,7 @@ pub fn to_yaml(plan: &Plan) -> Result<String, serde_yaml::Error> {
     push(serde_yaml::to_string(&n.statefulset))?;
     push(serde_yaml::to_string(&n.pdb))?;
     for g in &plan.groups {
-        if let GroupAction::Apply(o) = &g.action {
+        if let GroupAction::Apply(o) | GroupAction::Expand(o) = &g.action {
             push(serde_yaml::to_string(&o.config_map))?;
             push(serde_yaml::to_string(&o.service))?;
             push(serde_yaml::to_string(&o.statefulset))?;
@@ -378,6 +394,7 @@ mod tests {
                 let a = match g.action {
                     GroupAction::Apply(_) => "apply",
                     GroupAction::Keep => "keep",
+                    GroupAction::Expand(_) => "expand",
                     GroupAction::Drain => "drain",
                 };
                 (g.index, a)
@@ -387,17 +404,30 @@ mod tests {
     }
 
     #[test]
-    fn a_storage_change_keeps_only_that_group() {
+    fn a_larger_size_expands_the_existing_groups_a_smaller_one_keeps_them() {
         let old = cluster(2, 1);
         let mut bigger = cluster(3, 1);
         bigger.spec.broker.storage.size = "20Gi".into();
         let p = plan(&bigger, &existing(&old, 2), &OperatorEnv::default());
+        assert!(p.stalls.is_empty(), "{:?}", p.stalls);
+        let actions: Vec<_> = p
+            .groups
+            .iter()
+            .map(|g| matches!(g.action, GroupAction::Expand(_)))
+            .collect();
+        assert_eq!(actions, [true, true, false]);
+        assert_eq!(applied(&p), [(0, false), (1, false), (2, true)]);
+
+        let mut smaller = cluster(3, 1);
+        smaller.spec.broker.storage.size = "1Gi".into();
+        let p = plan(&smaller, &existing(&old, 2), &OperatorEnv::default());
         let reasons: Vec<_> = p.stalls.iter().map(|s| s.reason).collect();
         assert_eq!(
             reasons,
             [Reason::StorageChangeRefused, Reason::StorageChangeRefused]
         );
         assert!(p.stalls[0].message.starts_with("orders-broker-0: "));
+        assert!(p.stalls[0].message.contains("cannot shrink"));
         assert_eq!(applied(&p), [(0, false), (1, false), (2, true)]);
     }
 

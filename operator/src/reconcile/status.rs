@@ -15,11 +15,11 @@ use conveyor::controller::decide::{ControllerState, GroupState};
 
 use super::conditions::{
     status_str, ConditionType, Reason, ACTION_FAILOVER, ACTION_PAUSE, ACTION_RECONCILE,
-    ACTION_ROLL, MASTER_PROMOTED, ROLLING_RESTART, SWITCHOVER, TRUE,
+    ACTION_ROLL, MASTER_PROMOTED, ROLLING_RESTART, SWITCHOVER, TRUE, VOLUME_EXPANSION,
 };
 use super::context::{IDLE_REQUEUE, PROGRESS_REQUEUE};
 use super::drain::DrainStep;
-use super::plan::{GroupAction, Plan};
+use super::plan::{GroupAction, Plan, Stall};
 use super::roll::RollStep;
 use crate::builders::{self, names};
 use crate::crd::{BrokerGroupStatus, MessageQueueCluster, MessageQueueClusterStatus};
@@ -37,6 +37,11 @@ pub struct Observed {
     pub rollouts: BTreeMap<i32, RollStep>,
     /// Groups past the spec: their drain (see `drain`).
     pub drains: BTreeMap<i32, GroupDrain>,
+    /// Volume expansions requested in this reconcile, for people (see `expand`).
+    pub expansions: Vec<String>,
+    /// Refusals found while applying (a StorageClass that cannot expand), reported with
+    /// the plan's.
+    pub stalls: Vec<Stall>,
 }
 
 /// Where a draining group stands after this reconcile.
@@ -280,15 +285,14 @@ pub fn status(
         .count() as i32
         == mqc.spec.broker.groups;
 
-    let stalled = plan.stalled();
-    let stall_message = plan
-        .stalls
+    let all_stalls: Vec<&Stall> = plan.stalls.iter().chain(&observed.stalls).collect();
+    let stalled = !all_stalls.is_empty();
+    let stall_message = all_stalls
         .iter()
         .map(|s| s.message.clone())
         .collect::<Vec<_>>()
         .join("; ");
-    let stall_reason = plan
-        .stalls
+    let stall_reason = all_stalls
         .first()
         .map(|s| s.reason)
         .unwrap_or(Reason::Satisfiable);
@@ -372,8 +376,7 @@ pub fn status(
         ));
     }
 
-    let mut notices: Vec<Notice> = plan
-        .stalls
+    let mut notices: Vec<Notice> = all_stalls
         .iter()
         .map(|s| Notice {
             type_: EventType::Warning,
@@ -382,6 +385,12 @@ pub fn status(
             note: s.message.clone(),
         })
         .collect();
+    notices.extend(observed.expansions.iter().map(|note| Notice {
+        type_: EventType::Normal,
+        reason: VOLUME_EXPANSION,
+        action: ACTION_RECONCILE,
+        note: note.clone(),
+    }));
     notices.extend(rolls);
     notices.extend(promotions);
     if ready && !holds(old, ConditionType::Ready) {

@@ -77,6 +77,11 @@ async fn run(
                     .find(|n| n["metadata"]["name"] == name)
                     .cloned()
                     .unwrap_or_else(|| json!({"kind": "Status", "code": 404}))
+            } else if method == Method::GET
+                && (path.contains("/persistentvolumeclaims/") || path.contains("/storageclasses/"))
+            {
+                // No claim exists yet (no pod ever ran).
+                json!({"apiVersion": "v1", "kind": "Status", "status": "Failure", "reason": "NotFound", "code": 404})
             } else if method == Method::GET && path.ends_with("/statefulsets") {
                 assert!(query.contains("labelSelector="), "{query}");
                 json!({"apiVersion": "apps/v1", "kind": "StatefulSetList", "metadata": {}, "items": scenario.existing})
@@ -111,8 +116,14 @@ async fn run(
                 }
                 b
             };
+            let code = if answer["reason"] == "NotFound" {
+                404
+            } else {
+                200
+            };
             responder.send_response(
                 Response::builder()
+                    .status(code)
                     .body(Body::from(serde_json::to_vec(&answer).unwrap()))
                     .unwrap(),
             );
@@ -301,7 +312,7 @@ async fn a_group_past_the_spec_is_drained_not_refused_and_kept_until_empty() {
 }
 
 #[tokio::test]
-async fn storage_change_freezes_the_group_with_stalled() {
+async fn a_larger_size_recreates_the_statefulset_keeping_its_pods_a_smaller_one_stalls() {
     let old = cluster(1, 1);
     let scenario = Scenario {
         existing: vec![existing_group(&old, 0)],
@@ -309,7 +320,24 @@ async fn storage_change_freezes_the_group_with_stalled() {
     };
     let mut bigger = cluster(1, 1);
     bigger.spec.broker.storage.size = "20Gi".into();
-    let (result, calls, _) = run(bigger, scenario).await;
+    let (result, calls, _) = run(bigger, scenario.clone()).await;
+    assert!(result.is_ok(), "{result:?}");
+    let sts_calls: Vec<&Call> = calls
+        .iter()
+        .filter(|c| c.path.ends_with("statefulsets/orders-broker-0"))
+        .collect();
+    // Deleted with its pods kept, not applied: the next reconcile creates it again.
+    assert_eq!(sts_calls.len(), 1, "{:?}", summary(&calls));
+    assert_eq!(sts_calls[0].method, Method::DELETE);
+    assert_eq!(sts_calls[0].body["propagationPolicy"], "Orphan");
+    assert_eq!(
+        cond(&status_of(&calls), ConditionType::Stalled).status,
+        FALSE
+    );
+
+    let mut smaller = cluster(1, 1);
+    smaller.spec.broker.storage.size = "1Gi".into();
+    let (result, calls, _) = run(smaller, scenario).await;
     assert!(result.is_ok());
     assert!(!summary(&calls)
         .iter()

@@ -48,6 +48,7 @@ fn applied(mqc: &MessageQueueCluster, ready: bool) -> (Plan, Observed) {
                 (g.index, finish(o.statefulset.clone()))
             }
             crate::reconcile::plan::GroupAction::Keep
+            | crate::reconcile::plan::GroupAction::Expand(_)
             | crate::reconcile::plan::GroupAction::Drain => {
                 unreachable!("fresh cluster")
             }
@@ -58,6 +59,8 @@ fn applied(mqc: &MessageQueueCluster, ready: bool) -> (Plan, Observed) {
         groups,
         rollouts: Default::default(),
         drains: Default::default(),
+        expansions: Vec::new(),
+        stalls: Vec::new(),
     };
     (p, observed)
 }
