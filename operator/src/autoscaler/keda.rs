@@ -10,13 +10,46 @@
 use kube::{Resource, ResourceExt};
 use serde_json::{json, Value};
 
+use super::credentials;
 use super::metrics::default_query;
-use super::resource::ConsumerAutoscaler;
+use super::resource::{ConsumerAutoscaler, PrometheusAuthMode};
 
 /// KEDA's API version of ScaledObject.
 pub const API_VERSION: &str = "keda.sh/v1alpha1";
 /// Its kind.
 pub const KIND: &str = "ScaledObject";
+/// The kind of KEDA's credentials object (same API version).
+pub const AUTH_KIND: &str = "TriggerAuthentication";
+
+/// The TriggerAuthentication of `cas` (named after it, owned by it) when its Prometheus wants
+/// credentials: the Secret's keys as the Prometheus scaler's parameters of the same names,
+/// `ca` included when the Secret has one (`has_ca`).
+pub fn trigger_authentication(cas: &ConsumerAutoscaler, has_ca: bool) -> Option<Value> {
+    let auth = cas.spec.prometheus.as_ref()?.authentication.as_ref()?;
+    let mut keys: Vec<&str> = match auth.mode {
+        Some(PrometheusAuthMode::Bearer) => vec![credentials::BEARER_TOKEN],
+        Some(PrometheusAuthMode::Basic) => vec![credentials::USERNAME, credentials::PASSWORD],
+        None => vec![],
+    };
+    if has_ca {
+        keys.push(credentials::CA);
+    }
+    let refs: Vec<Value> = keys
+        .iter()
+        .map(|k| json!({"parameter": k, "name": auth.secret_name, "key": k}))
+        .collect();
+    Some(json!({
+        "apiVersion": API_VERSION,
+        "kind": AUTH_KIND,
+        "metadata": {
+            "name": cas.name_any(),
+            "namespace": cas.namespace(),
+            "labels": {"app.kubernetes.io/managed-by": "conveyor-operator"},
+            "ownerReferences": cas.controller_owner_ref(&()).into_iter().collect::<Vec<_>>(),
+        },
+        "spec": {"secretTargetRef": refs},
+    }))
+}
 
 /// The ScaledObject for `cas` (named after it, owned by it) with the replica count capped at
 /// `queue_cap` when known; `cluster` is the `cluster` label of the default query.
@@ -68,6 +101,16 @@ pub fn scaled_object(
             }],
         },
     });
+    if let Some(auth) = prometheus.and_then(|p| p.authentication.as_ref()) {
+        let trigger = &mut so["spec"]["triggers"][0];
+        trigger["authenticationRef"] = json!({"name": cas.name_any()});
+        if let Some(mode) = auth.mode {
+            trigger["metadata"]["authModes"] = json!(match mode {
+                PrometheusAuthMode::Bearer => "bearer",
+                PrometheusAuthMode::Basic => "basic",
+            });
+        }
+    }
     if let Some(f) = &spec.fallback {
         so["spec"]["fallback"] = json!({
             "failureThreshold": f.failure_threshold,
@@ -85,7 +128,8 @@ pub fn scaled_object(
 mod tests {
     use super::*;
     use crate::autoscaler::resource::{
-        AutoscalerMode, ConsumerAutoscalerSpec, Fallback, PrometheusSource, ScaleTargetRef,
+        AutoscalerMode, ConsumerAutoscalerSpec, Fallback, PrometheusAuthentication,
+        PrometheusSource, ScaleTargetRef,
     };
 
     fn cas() -> ConsumerAutoscaler {
@@ -116,6 +160,7 @@ mod tests {
                 prometheus: Some(PrometheusSource {
                     server_address: "http://prom:9090".into(),
                     query: None,
+                    authentication: None,
                 }),
                 mode: AutoscalerMode::Keda,
             },
@@ -154,5 +199,44 @@ mod tests {
             scaled_object(&cas(), None, None)["spec"]["maxReplicaCount"],
             50
         );
+    }
+
+    #[test]
+    fn credentials_go_to_a_trigger_authentication_the_trigger_names() {
+        let plain = cas();
+        assert!(trigger_authentication(&plain, true).is_none());
+        assert!(scaled_object(&plain, None, None)["spec"]["triggers"][0]
+            .get("authenticationRef")
+            .is_none());
+        let mut with = cas();
+        with.spec.prometheus.as_mut().unwrap().authentication = Some(PrometheusAuthentication {
+            secret_name: "prom-creds".into(),
+            mode: Some(PrometheusAuthMode::Basic),
+        });
+        let t = &scaled_object(&with, None, None)["spec"]["triggers"][0];
+        assert_eq!(t["authenticationRef"]["name"], "orders");
+        assert_eq!(t["metadata"]["authModes"], "basic");
+        let ta = trigger_authentication(&with, true).unwrap();
+        assert_eq!(ta["kind"], "TriggerAuthentication");
+        assert_eq!(ta["metadata"]["ownerReferences"][0]["uid"], "u-1");
+        let refs: Vec<(&str, &str)> = ta["spec"]["secretTargetRef"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| (r["parameter"].as_str().unwrap(), r["key"].as_str().unwrap()))
+            .collect();
+        assert_eq!(
+            refs,
+            [
+                ("username", "username"),
+                ("password", "password"),
+                ("ca", "ca")
+            ]
+        );
+        assert!(ta["spec"]["secretTargetRef"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|r| r["name"] == "prom-creds"));
     }
 }

@@ -92,8 +92,13 @@ pub fn parse_query_answer(body: &[u8]) -> Result<Option<f64>, String> {
     Ok(Some(sample))
 }
 
-/// Runs `query` on the Prometheus server at `server` (an `http://` base URL).
-pub async fn prometheus_backlog(server: &str, query: &str) -> Result<u64, String> {
+/// Runs `query` on the Prometheus server at `server` (an `http://` or `https://` base URL),
+/// authenticating and trusting as `options` say.
+pub async fn prometheus_backlog(
+    server: &str,
+    query: &str,
+    options: &conveyor_client::http::GetOptions,
+) -> Result<u64, String> {
     let url = format!(
         "{}/api/v1/query?{}",
         server.trim_end_matches('/'),
@@ -101,10 +106,16 @@ pub async fn prometheus_backlog(server: &str, query: &str) -> Result<u64, String
             .append_pair("query", query)
             .finish()
     );
-    let (status, body) = conveyor_client::http::get(&url, READ_TIMEOUT)
+    let (status, body) = conveyor_client::http::get_with(&url, options, READ_TIMEOUT)
         .await
         .map_err(|e| format!("Prometheus: {e}"))?;
     // Prometheus answers a bad query with 400 and a JSON error: show its reason.
+    if status == 401 || status == 403 {
+        return Err(format!(
+            "Prometheus at {server} refused the credentials (HTTP {status}): see \
+             spec.prometheus.authentication"
+        ));
+    }
     if !(200..300).contains(&status) && status != 400 && status != 422 {
         return Err(format!("Prometheus at {server} answered HTTP {status}"));
     }

@@ -4,6 +4,7 @@
 //! applies.
 
 pub mod conflicts;
+pub mod credentials;
 pub mod keda;
 pub mod metrics;
 pub mod recommend;

@@ -187,6 +187,34 @@ pub struct PrometheusSource {
     /// and slaves deduplicated).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub query: Option<String>,
+    /// Credentials and the CA of a Prometheus that wants them (`https://`, behind an
+    /// authenticating proxy). Mode Keda gets the same in a TriggerAuthentication.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub authentication: Option<PrometheusAuthentication>,
+}
+
+/// How the autoscaler (and KEDA, in mode Keda) authenticates to Prometheus: from a Secret in
+/// the autoscaler's namespace whose keys are the parameters of KEDA's Prometheus scaler:
+/// `bearerToken` (mode Bearer), `username` and `password` (mode Basic), and `ca`, a PEM CA
+/// bundle an `https://` server's certificate must chain to (the system's roots without it).
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PrometheusAuthentication {
+    /// The Secret's name.
+    pub secret_name: String,
+    /// Which credentials to send; none when absent (only the `ca` key is used).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<PrometheusAuthMode>,
+}
+
+/// The credentials sent to Prometheus (KEDA's `authModes`).
+// Variants are documented by their names; doc comments on them would turn the generated
+// schema's `enum` into a `oneOf`.
+#[allow(missing_docs)]
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum PrometheusAuthMode {
+    Bearer,
+    Basic,
 }
 
 /// What the autoscaler saw and did last.

@@ -271,15 +271,20 @@ async fn keda_poll(
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .remove(&cas.uid().unwrap_or_default());
-        if let Err(e) = scaled_objects(&ctx.client, &ns)
-            .patch(
-                &cas.name_any(),
-                &PatchParams::apply(FIELD_MANAGER).force(),
-                &Patch::Apply(&so),
-            )
-            .await
-        {
-            let why = format!("cannot write the KEDA ScaledObject (is KEDA installed?): {e}");
+        let written = match apply_trigger_authentication(&ctx.client, &ns, cas).await {
+            Ok(()) => scaled_objects(&ctx.client, &ns)
+                .patch(
+                    &cas.name_any(),
+                    &PatchParams::apply(FIELD_MANAGER).force(),
+                    &Patch::Apply(&so),
+                )
+                .await
+                .map(|_| ())
+                .map_err(|e| format!("cannot write the KEDA ScaledObject: {e}")),
+            Err(e) => Err(e),
+        };
+        if let Err(e) = written {
+            let why = format!("{e} (is KEDA installed?)");
             crate::reconcile::apply::apply_status(
                 api,
                 &cas.name_any(),
@@ -338,9 +343,52 @@ async fn conflict(
 
 /// The KEDA ScaledObject API of `ns`.
 fn scaled_objects(client: &Client, ns: &str) -> Api<DynamicObject> {
-    let gvk = GroupVersionKind::gvk("keda.sh", "v1alpha1", super::keda::KIND);
-    let resource = kube::api::ApiResource::from_gvk_with_plural(&gvk, "scaledobjects");
+    keda_api(client, ns, super::keda::KIND, "scaledobjects")
+}
+
+fn trigger_authentications(client: &Client, ns: &str) -> Api<DynamicObject> {
+    keda_api(client, ns, super::keda::AUTH_KIND, "triggerauthentications")
+}
+
+fn keda_api(client: &Client, ns: &str, kind: &str, plural: &str) -> Api<DynamicObject> {
+    let gvk = GroupVersionKind::gvk("keda.sh", "v1alpha1", kind);
+    let resource = kube::api::ApiResource::from_gvk_with_plural(&gvk, plural);
     Api::namespaced_with(client.clone(), ns, &resource)
+}
+
+/// Writes the TriggerAuthentication of `cas` when its Prometheus wants credentials (before
+/// the ScaledObject that names it).
+async fn apply_trigger_authentication(
+    client: &Client,
+    ns: &str,
+    cas: &ConsumerAutoscaler,
+) -> Result<(), String> {
+    let Some(auth) = cas
+        .spec
+        .prometheus
+        .as_ref()
+        .and_then(|p| p.authentication.as_ref())
+    else {
+        return Ok(());
+    };
+    let has_ca = Api::<k8s_openapi::api::core::v1::Secret>::namespaced(client.clone(), ns)
+        .get_opt(&auth.secret_name)
+        .await
+        .map_err(|e| e.to_string())?
+        .and_then(|s| s.data)
+        .is_some_and(|d| d.contains_key(super::credentials::CA));
+    let Some(ta) = super::keda::trigger_authentication(cas, has_ca) else {
+        return Ok(());
+    };
+    trigger_authentications(client, ns)
+        .patch(
+            &cas.name_any(),
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&ta),
+        )
+        .await
+        .map(|_| ())
+        .map_err(|e| format!("cannot write the KEDA TriggerAuthentication: {e}"))
 }
 
 /// Deletes the ScaledObject `cas` wrote in mode Keda, if there is one (it is named after the
@@ -385,6 +433,19 @@ async fn remove_scaled_object(
         return Ok(());
     }
     api.delete(&name, &Default::default()).await?;
+    // Its TriggerAuthentication, if it had one (ours: owned by the same autoscaler).
+    let auths = trigger_authentications(&ctx.client, &ns);
+    if let Ok(Some(ta)) = auths.get_opt(&name).await {
+        if ta
+            .owner_references()
+            .iter()
+            .any(|o| o.controller == Some(true) && o.uid == uid)
+        {
+            if let Err(e) = auths.delete(&name, &Default::default()).await {
+                tracing::warn!(autoscaler = %name, error = %e, "cannot delete the TriggerAuthentication");
+            }
+        }
+    }
     checked(ctx);
     tracing::info!(autoscaler = %name, namespace = %ns, "removed the KEDA ScaledObject: the operator scales now");
     crate::events::record(
@@ -421,7 +482,11 @@ async fn observe(
             let query = p.query.clone().unwrap_or_else(|| {
                 default_query(cluster.as_deref(), &spec.consumer_group, &spec.topics)
             });
-            prometheus_backlog(&p.server_address, &query).await?
+            let options = match &p.authentication {
+                Some(auth) => super::credentials::read(&ctx.client, ns, auth).await?,
+                None => Default::default(),
+            };
+            prometheus_backlog(&p.server_address, &query, &options).await?
         }
         None => tokio::time::timeout(
             super::metrics::READ_TIMEOUT,
