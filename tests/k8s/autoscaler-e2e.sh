@@ -439,6 +439,53 @@ wait_for 60 "Prometheus back" curl -fs "http://127.0.0.1:$PP/-/ready"
 recovered() { [ "$(cond audit MetricsAvailable)" = "True/BacklogRead" ]; }
 wait_for 60 "metrics available again" recovered
 
+echo "-- Prometheus behind TLS and credentials"
+# An https proxy in front of the Prometheus above that wants a bearer token or basic auth, its
+# certificate (for 127.0.0.1) issued by a CA of this test's own, which the autoscaler gets
+# from the Secret (key ca) with the credentials (KEDA's keys).
+C="$D/prom-tls"; mkdir -p "$C"
+openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout "$C/ca.key" -out "$C/ca.crt" \
+  -subj /CN=autoscaler-test-ca -days 1 2>/dev/null
+openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout "$C/tls.key" -out "$C/tls.csr" \
+  -subj /CN=prometheus 2>/dev/null
+printf 'subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n' > "$C/ext"
+openssl x509 -req -in "$C/tls.csr" -CA "$C/ca.crt" -CAkey "$C/ca.key" -CAcreateserial -out "$C/tls.crt" \
+  -days 1 -extfile "$C/ext" 2>/dev/null
+read -r TLSP <<<"$(free_ports 1)"
+python3 "$ROOT/tests/k8s/auth-proxy.py" "$TLSP" "http://127.0.0.1:$PP" "$C/tls.crt" "$C/tls.key" \
+  prom-token prom-user prom-password > "$D/auth-proxy.log" 2>&1 &
+PIDS+=($!)
+proxied() { curl -fs --cacert "$C/ca.crt" -H "Authorization: Bearer prom-token" "https://127.0.0.1:$TLSP/-/ready" >/dev/null; }
+wait_for 30 "the authenticating https proxy answers" proxied
+check "... and refuses a request without credentials (401)" test \
+  "$(curl -s -o /dev/null -w '%{http_code}' --cacert "$C/ca.crt" "https://127.0.0.1:$TLSP/-/ready")" = 401
+K create secret generic prom-bearer --from-literal=bearerToken=prom-token --from-file=ca="$C/ca.crt" >/dev/null
+K create secret generic prom-basic --from-literal=username=prom-user --from-literal=password=prom-password \
+  --from-file=ca="$C/ca.crt" >/dev/null
+K create secret generic prom-wrong --from-literal=bearerToken=not-the-token --from-file=ca="$C/ca.crt" >/dev/null
+K create secret generic prom-no-ca --from-literal=bearerToken=prom-token >/dev/null
+via_proxy() { # SECRET MODE
+  K patch cas audit --type merge -p "{\"spec\":{\"prometheus\":{\"serverAddress\":\"https://127.0.0.1:$TLSP\",\"authentication\":{\"secretName\":\"$1\",\"mode\":\"$2\"}}}}" >/dev/null
+}
+metrics_msg() { K get cas audit -o jsonpath='{.status.conditions[?(@.type=="MetricsAvailable")].message}'; }
+via_proxy prom-wrong Bearer
+refused_token() { [ "$(cond audit MetricsAvailable)" = "False/ReadFailed" ] && metrics_msg | grep -q "refused the credentials (HTTP 401)"; }
+wait_for 30 "a wrong bearer token: MetricsAvailable=False, the message says the credentials were refused" refused_token
+via_proxy prom-no-ca Bearer
+untrusted() { [ "$(cond audit MetricsAvailable)" = "False/ReadFailed" ] && metrics_msg | grep -qi "TLS.*certificate"; }
+wait_for 30 "no CA in the Secret: the proxy's certificate is not trusted (the system's roots), and the message says so" untrusted
+quiet "$BIN" admin reset-offset --group audit-cg --topic Orders --to earliest
+via_proxy prom-bearer Bearer
+bearer_ok() { [ "$(cond audit MetricsAvailable)" = "True/BacklogRead" ] && [ "$(st audit observedBacklog)" = 755 ]; }
+wait_for 30 "https, the CA from the Secret, a bearer token: backlog 755 read" bearer_ok
+wait_for 30 "... and acted on: 4 replicas" has_replicas statefulset/audit-consumer 4
+K patch secret prom-bearer --type merge -p '{"stringData":{"bearerToken":"rotated-away"}}' >/dev/null
+wait_for 30 "the token in the Secret changed: read at the next poll, refused" refused_token
+via_proxy prom-basic Basic
+basic_ok() { [ "$(cond audit MetricsAvailable)" = "True/BacklogRead" ] && [ "$(st audit observedBacklog)" = 755 ]; }
+wait_for 30 "basic auth from the Secret: backlog read again" basic_ok
+quiet "$BIN" admin reset-offset --group audit-cg --topic Orders --to latest
+
 autoscaler ghost 'test.conveyor.dev/v1|ConsumerPool' pool ghost-cg "$PROM_SPEC"
 no_series() { [ "$(cond ghost MetricsAvailable)" = "False/ReadFailed" ] && K get cas ghost -o jsonpath='{.status.conditions[?(@.type=="MetricsAvailable")].message}' | grep -q 'no series'; }
 wait_for 30 "a group with no series: the empty result is a failed read, not a backlog of 0" no_series
@@ -450,17 +497,28 @@ KEDA_DIR=$(cd "$D" && GOMODCACHE="${GOMODCACHE:-$CONVEYOR_CACHE/go/mod}" go mod 
 if [ -n "$KEDA_DIR" ] && [ -f "$KEDA_DIR/config/crd/bases/keda.sh_scaledobjects.yaml" ]; then
   check "KEDA's ScaledObject CRD applies" quiet K apply --server-side -f "$KEDA_DIR/config/crd/bases/keda.sh_scaledobjects.yaml"
   wait_for 30 "ScaledObject CRD established" K wait --for=condition=Established crd/scaledobjects.keda.sh --timeout=5s
+  check "KEDA's TriggerAuthentication CRD applies" quiet K apply --server-side -f "$KEDA_DIR/config/crd/bases/keda.sh_triggerauthentications.yaml"
+  wait_for 30 "TriggerAuthentication CRD established" K wait --for=condition=Established crd/triggerauthentications.keda.sh --timeout=5s
+  # The Prometheus behind TLS and basic auth above: KEDA gets the same Secret's keys.
   autoscaler keda 'apps/v1|Deployment' orders-consumer orders-cg \
-    "{\"mode\":\"Keda\",\"targetBacklogPerReplica\":10,\"maxReplicas\":50,\"fallback\":{\"failureThreshold\":2,\"replicas\":3},\"prometheus\":{\"serverAddress\":\"http://127.0.0.1:$PP\"}}"
+    "{\"mode\":\"Keda\",\"targetBacklogPerReplica\":10,\"maxReplicas\":50,\"fallback\":{\"failureThreshold\":2,\"replicas\":3},\"prometheus\":{\"serverAddress\":\"https://127.0.0.1:$TLSP\",\"authentication\":{\"secretName\":\"prom-basic\",\"mode\":\"Basic\"}}}"
   so() { K get scaledobject keda -o jsonpath="$1"; }
   so_ok() { [ "$(so '{.spec.maxReplicaCount}/{.spec.triggers[0].type}/{.spec.triggers[0].metadata.ignoreNullValues}/{.spec.fallback.behavior}/{.metadata.ownerReferences[0].kind}')" = "8/prometheus/false/currentReplicasIfHigher/ConsumerAutoscaler" ]; }
   wait_for 30 "ScaledObject written: maxReplicaCount = the 8 read queues, Prometheus trigger, no silent zero, owned" so_ok
   check "mode Keda leaves the Deployment to KEDA (still 8)" test "$(replicas deployment/orders-consumer)" = 8
+  ta_ok() {
+    [ "$(so '{.spec.triggers[0].authenticationRef.name}/{.spec.triggers[0].metadata.authModes}')" = keda/basic ] &&
+      [ "$(K get triggerauthentication keda -o jsonpath='{range .spec.secretTargetRef[*]}{.parameter}={.name}/{.key} {end}{.metadata.ownerReferences[0].kind}')" = \
+        "username=prom-basic/username password=prom-basic/password ca=prom-basic/ca ConsumerAutoscaler" ]
+  }
+  wait_for 30 "credentials: a TriggerAuthentication with the Secret's keys (username, password, ca), named by the trigger (authModes basic)" ta_ok
   check "mode Keda without prometheus is refused (CEL)" bash -c "! kubectl patch cas keda --type json -p '[{\"op\":\"remove\",\"path\":\"/spec/prometheus\"}]' 2>/dev/null"
   # Back to Native: the ScaledObject goes (KEDA would otherwise go on scaling the same target).
   K patch cas keda --type merge -p '{"spec":{"mode":"Native"}}' >/dev/null
   so_gone() { ! K get scaledobject keda >/dev/null 2>&1; }
   wait_for 30 "mode Keda -> Native: the ScaledObject is deleted" so_gone
+  ta_gone() { ! K get triggerauthentication keda >/dev/null 2>&1; }
+  wait_for 30 "... and its TriggerAuthentication" ta_gone
   so_event() { K get events.events.k8s.io -o jsonpath='{range .items[*]}{.reason}{"\n"}{end}' | grep -qx ScaledObjectRemoved; }
   wait_for 30 "a ScaledObjectRemoved event" so_event
 else
