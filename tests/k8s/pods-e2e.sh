@@ -980,6 +980,29 @@ ns_ready() { [ "$(K get pod pods-namesrv-0 -o jsonpath='{.status.conditions[?(@.
 wait_for 180 "the name server pod is Ready again on the good image" ns_ready
 grep -a "rolling restart: deleting the pod" "$D/operator.log" | sed 's/\x1b\[[0-9;]*m//g' | tail -n 2 | cut -c1-200 | sed 's/^/    /'
 
+# A ledger of a scenario below: a Java producer (client defaults) writing $D/ledger-NAME, signed
+# as the admin user (pods-client was deleted in the ACL section).
+acked_at_least() { [ "$(wc -l < "$1/ok" 2>/dev/null || echo 0)" -ge "$2" ]; }
+ledger_start() { # NAME COUNT: starts the producer ($PRODUCER), waits for COUNT SEND_OK
+  mkdir -p "$D/ledger-$1"
+  (LEDGER_USER=pods-admin LEDGER_SK="$CONVEYOR_SECRET_KEY" java_run produce-defaults "$NS_IP:9876" PodsTopic \
+    "$D/ledger-$1" > "$D/producer-$1.out" 2>"$D/producer-$1.log") &
+  PRODUCER=$!
+  wait_for 120 "a Java producer got $2 SEND_OK" acked_at_least "$D/ledger-$1" "$2"
+}
+ledger_finish() { # NAME WHAT: 200 more SEND_OK, the producer stopped, every SEND_OK read back
+  local base missing
+  base=$(wc -l < "$D/ledger-$1/ok")
+  wait_for 180 "the producer goes on (200 more SEND_OK)" acked_at_least "$D/ledger-$1" $((base + 200))
+  touch "$D/ledger-$1/stop"; wait "$PRODUCER" || true
+  echo "    $(cat "$D/producer-$1.out")"
+  LEDGER_USER=pods-admin LEDGER_SK="$CONVEYOR_SECRET_KEY" java_run drain "$NS_IP:9876" PodsTopic "$D/ledger-$1" \
+    > "$D/drain-$1.out" 2>"$D/drain-$1.log" || true
+  missing=$(comm -23 <(sort -u "$D/ledger-$1/ok") <(sort -u "$D/ledger-$1/seen" 2>/dev/null) | wc -l)
+  if [ "$missing" = 0 ]; then ok "a Java consumer received every SEND_OK message of $2 ($(wc -l < "$D/ledger-$1/ok"))"
+  else bad "$missing SEND_OK messages of $2 were not received"; fi
+}
+
 # `kubectl drain` of the master's node under a Java producer on Async replication (issue 27).
 # The tier has one node: the drain is limited to the master's pod (--pod-selector), evicted
 # through the Eviction API as drain does every pod, the node cordoned meanwhile. On SIGTERM the
@@ -1001,13 +1024,7 @@ if [ -n "$CP" ]; then
   wait_for 420 "replicationMode Async rolled out: both broker pods replaced, Ready and in sync" async_rolled
   async_cfg() { K get cm pods-broker-0-config -o jsonpath='{.data.pods-broker-0-0\.toml}' | grep -q '^synchronous = false'; }
   check "the brokers' configuration says asynchronous replication" async_cfg
-  mkdir -p "$D/ledger-drain"
-  # pods-client was deleted in the ACL section: the admin user signs from here on.
-  LEDGER_USER=pods-admin LEDGER_SK="$CONVEYOR_SECRET_KEY"
-  (java_run produce-defaults "$NS_IP:9876" PodsTopic "$D/ledger-drain" > "$D/producer-drain.out" 2>"$D/producer-drain.log") &
-  PRODUCER=$!
-  drain_acked() { [ "$(wc -l < "$D/ledger-drain/ok" 2>/dev/null || echo 0)" -ge 500 ]; }
-  wait_for 120 "a Java producer got 500 SEND_OK" drain_acked
+  ledger_start drain 500
   DR_MASTER=$(K get mqc pods -o jsonpath='{.status.groups[0].master}')
   DR_EPOCH=$(K get mqc pods -o jsonpath='{.status.groups[0].epoch}')
   case "$DR_MASTER" in pods-broker-0-0) DR_OTHER=pods-broker-0-1 ;; *) DR_OTHER=pods-broker-0-0 ;; esac
@@ -1023,26 +1040,17 @@ if [ -n "$CP" ]; then
   check "the master handed the group over on SIGTERM before it stopped (its log)" \
     grep -q "stopping: the group was handed over" "$D/drained-master.log"
   grep -a "stopping:" "$D/drained-master.log" | sed 's/\x1b\[[0-9;]*m//g' | cut -c1-220 | sed 's/^/    /'
-  check "$DR_OTHER is master in epoch $((DR_EPOCH + 1))" \
-    test "$(K get mqc pods -o jsonpath='{.status.groups[0].master}/{.status.groups[0].epoch}')" = "$DR_OTHER/$((DR_EPOCH + 1))"
+  handed() { [ "$(K get mqc pods -o jsonpath='{.status.groups[0].master}/{.status.groups[0].epoch}')" = "$DR_OTHER/$((DR_EPOCH + 1))" ]; }
+  wait_for 30 "$DR_OTHER is master in epoch $((DR_EPOCH + 1)) (status)" handed
   K uncordon pods-node-0 >/dev/null
   back_in_sync() { [[ "$(group_status)" == $DR_OTHER/*/*pods-broker-0-0*pods-broker-0-1* ]]; }
   wait_for 240 "uncordoned: the evicted pod is recreated and rejoins as an in-sync slave" back_in_sync
   DR_T1=$(date +%s%3N)
-  base=$(wc -l < "$D/ledger-drain/ok")
-  more() { [ "$(wc -l < "$D/ledger-drain/ok")" -ge $((base + 200)) ]; }
-  wait_for 120 "the producer kept writing" more
-  touch "$D/ledger-drain/stop"; wait "$PRODUCER" || true
-  echo "    $(cat "$D/producer-drain.out")"
+  ledger_finish drain "the drain"
   failed=$(awk -v a="$DR_T0" -v b="$DR_T1" '$2 >= a && $2 <= b' "$D/ledger-drain/failed" | wc -l)
   gap=$(awk -v a="$((DR_T0 - 1000))" -v b="$DR_T1" '$1 >= a && $1 <= b {if (p && $1 - p > g) g = $1 - p; p = $1} END {print g + 0}' "$D/ledger-drain/ok-at")
   echo "    during the drain: $failed failed sends, longest time between two SEND_OKs $gap ms"
-  java_run drain "$NS_IP:9876" PodsTopic "$D/ledger-drain" > "$D/drain-drain.out" 2>"$D/drain-drain.log" || true
-  missing=$(comm -23 <(sort -u "$D/ledger-drain/ok") <(sort -u "$D/ledger-drain/seen" 2>/dev/null) | wc -l)
-  if [ "$missing" = 0 ]; then ok "a Java consumer received every SEND_OK message of the drain ($(wc -l < "$D/ledger-drain/ok"))"
-  else bad "$missing SEND_OK messages of the drain were not received"; fi
-  unset LEDGER_USER LEDGER_SK
-fi
+else bad "no Java client classpath for the drain"; fi
 
 # replicasPerGroup 2 -> 1 under a Java producer (issue 27). The StatefulSet removes the highest
 # ordinal, pods-broker-0-1, made master first (its peer's container killed). The operator must
@@ -1059,13 +1067,7 @@ if [ -n "$CP" ]; then
     master_is_1() { [[ "$(group_status)" == pods-broker-0-1/*/*pods-broker-0-0*pods-broker-0-1* ]]; }
     wait_for 180 "pods-broker-0-1 is master (pods-broker-0-0's container killed) and both are in sync" master_is_1
   fi
-  mkdir -p "$D/ledger-shrink"
-  # pods-client was deleted in the ACL section: the admin user signs from here on.
-  LEDGER_USER=pods-admin LEDGER_SK="$CONVEYOR_SECRET_KEY"
-  (java_run produce-defaults "$NS_IP:9876" PodsTopic "$D/ledger-shrink" > "$D/producer-shrink.out" 2>"$D/producer-shrink.log") &
-  PRODUCER=$!
-  shrink_acked() { [ "$(wc -l < "$D/ledger-shrink/ok" 2>/dev/null || echo 0)" -ge 200 ]; }
-  wait_for 120 "a Java producer got 200 SEND_OK" shrink_acked
+  ledger_start shrink 200
   # One replica cannot replicate synchronously (the CRD refuses Sync with 1): Async with it.
   K patch mqc pods --type merge -p '{"spec":{"broker":{"replicasPerGroup":1,"replicationMode":"Async"}}}' >/dev/null
   handed_over() { [ "$(K get mqc pods -o jsonpath='{.status.groups[0].master}')" = pods-broker-0-0 ]; }
@@ -1078,15 +1080,7 @@ if [ -n "$CP" ]; then
   }
   wait_for 300 "then the StatefulSet went to 1 replica: pods-broker-0-1 gone, pods-broker-0-0 Ready" one_replica
   sed 's/\x1b\[[0-9;]*m//g' "$D/operator.log" | grep -a "replicasPerGroup kept\|rolling restart: switchover" | tail -n 2 | cut -c1-200 | sed 's/^/    /'
-  base=$(wc -l < "$D/ledger-shrink/ok")
-  more() { [ "$(wc -l < "$D/ledger-shrink/ok")" -ge $((base + 200)) ]; }
-  wait_for 180 "the producer goes on against the one replica left (200 more SEND_OK)" more
-  touch "$D/ledger-shrink/stop"; wait "$PRODUCER" || true
-  echo "    $(cat "$D/producer-shrink.out")"
-  java_run drain "$NS_IP:9876" PodsTopic "$D/ledger-shrink" > "$D/drain-shrink.out" 2>"$D/drain-shrink.log" || true
-  missing=$(comm -23 <(sort -u "$D/ledger-shrink/ok") <(sort -u "$D/ledger-shrink/seen" 2>/dev/null) | wc -l)
-  if [ "$missing" = 0 ]; then ok "a Java consumer received every SEND_OK message of the scale-in ($(wc -l < "$D/ledger-shrink/ok"))"
-  else bad "$missing SEND_OK messages of the scale-in not received"; fi
+  ledger_finish shrink "the scale-in"
 else bad "no Java client classpath for the scale-in"; fi
 
 # A check that ends the Java section early (an expansion error aborts the whole compound

@@ -1072,22 +1072,31 @@ async fn a_switchover_under_asynchronous_replication_loses_no_acknowledged_messa
     }
     let (ok, attempted) = producers.stop().await;
     let seen = final_bodies(&cluster).await;
-    let lost: Vec<&String> = ok.difference(&seen).collect();
-    let unexpected: Vec<&String> = seen.difference(&attempted).collect();
-    eprintln!(
-        "switchovers under asynchronous replication: {} acknowledged, {} lost over {switchovers} \
-         switchovers",
-        ok.len(),
-        lost.len()
+    assert_kept(
+        &format!("{switchovers} switchovers under asynchronous replication"),
+        (&ok, &attempted, &seen),
+        &cluster,
     );
+}
+
+/// Prints how many acknowledged messages (`ok`) `what` lost (missing from `seen`) and fails if
+/// any was, or if `seen` holds a body that was never `attempted`.
+fn assert_kept(
+    what: &str,
+    (ok, attempted, seen): (&BTreeSet<String>, &BTreeSet<String>, &BTreeSet<String>),
+    cluster: &Cluster,
+) {
+    let lost: Vec<&String> = ok.difference(seen).collect();
+    let unexpected: Vec<&String> = seen.difference(attempted).collect();
+    eprintln!("{what}: {} acknowledged, {} lost", ok.len(), lost.len());
     assert!(
         lost.is_empty(),
-        "acknowledged but lost in a switchover: {} (first {:?})\n{}",
+        "{what}: acknowledged but lost: {} (first {:?})\n{}",
         lost.len(),
         lost.iter().take(10).collect::<Vec<_>>(),
         cluster.logs()
     );
-    assert!(unexpected.is_empty(), "never sent: {unexpected:?}");
+    assert!(unexpected.is_empty(), "{what}: never sent: {unexpected:?}");
 }
 
 /// SIGTERM to a master (a node drain, a rolling restart) under asynchronous replication: the
@@ -1131,22 +1140,11 @@ async fn sigterm_on_a_master_hands_the_group_over_and_loses_nothing_under_asynch
     }
     let (ok, attempted) = producers.stop().await;
     let seen = final_bodies(&cluster).await;
-    let lost: Vec<&String> = ok.difference(&seen).collect();
-    let unexpected: Vec<&String> = seen.difference(&attempted).collect();
-    eprintln!(
-        "SIGTERM to the master under asynchronous replication: {} acknowledged, {} lost over \
-         {stops} stops",
-        ok.len(),
-        lost.len()
+    assert_kept(
+        &format!("{stops} SIGTERMs to the master under asynchronous replication"),
+        (&ok, &attempted, &seen),
+        &cluster,
     );
-    assert!(
-        lost.is_empty(),
-        "acknowledged but lost when the master stopped: {} (first {:?})\n{}",
-        lost.len(),
-        lost.iter().take(10).collect::<Vec<_>>(),
-        cluster.logs()
-    );
-    assert!(unexpected.is_empty(), "never sent: {unexpected:?}");
 }
 
 /// An isolated master, in network namespaces: b0 alone on one host; b1 and the controller
