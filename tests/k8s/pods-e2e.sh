@@ -759,7 +759,8 @@ if [ -n "$CP" ] && [ -n "$NS_IP" ]; then
   wait_for 120 "the producer writes steadily again (no failed send for 5 s)" steady
   ROLL_LOG=$(wc -l < "$D/operator.log")
   ROLL_T0=$(date +%s%3N)
-  K patch mqc pods --type merge -p '{"spec":{"broker":{"flushMode":"Sync"}}}' >/dev/null
+  # Asynchronous replication from here on: the drain of the master's node below is about it.
+  K patch mqc pods --type merge -p '{"spec":{"broker":{"flushMode":"Sync","replicationMode":"Async"}}}' >/dev/null
   rolled() {
     [ "$(K get pod "$ROLL_MASTER" -o jsonpath='{.metadata.uid}')" != "$uid_m" ] &&
       [ "$(K get pod "$ROLL_SLAVE" -o jsonpath='{.metadata.uid}')" != "$uid_s" ] &&
@@ -783,8 +784,11 @@ restart $ROLL_MASTER"
   }
   check "RollingRestart and Switchover events" roll_events
   check "the master is now $ROLL_SLAVE" test "$(K get mqc pods -o jsonpath='{.status.groups[0].master}')" = "$ROLL_SLAVE"
-  flush_sync() { K get cm pods-broker-0-config -o jsonpath='{.data.pods-broker-0-0\.toml}' | grep -q '^flush-mode = "sync"'; }
-  check "the restarted brokers' configuration has the new flush mode" flush_sync
+  flush_sync() {
+    local cfg; cfg=$(K get cm pods-broker-0-config -o jsonpath='{.data.pods-broker-0-0\.toml}')
+    grep -q '^flush-mode = "sync"' <<<"$cfg" && grep -q '^synchronous = false' <<<"$cfg"
+  }
+  check "the restarted brokers' configuration has the new flush and replication modes" flush_sync
   # Sends begun during the roll (a send that began before it and failed after is not its).
   failed=$(awk -v a="$ROLL_T0" -v b="$ROLL_T1" '$2 >= a && $2 <= b' "$D/ledger/failed" | wc -l)
   check "no failed send during the roll (the Java client's defaults)" test "$failed" = 0
@@ -1011,25 +1015,14 @@ ledger_finish() { # NAME WHAT: 200 more SEND_OK, the producer stopped, every SEN
 echo "== real pods: kubectl drain of the master's node under load, Async replication"
 if [ -n "$CP" ]; then
   NS_IP=$(K get pod pods-namesrv-0 -o jsonpath='{.status.podIP}')
-  wait_for 120 "both replicas in sync before the change to Async" both_in_sync
-  uid0=$(K get pod pods-broker-0-0 -o jsonpath='{.metadata.uid}')
-  uid1=$(K get pod pods-broker-0-1 -o jsonpath='{.metadata.uid}')
-  K patch mqc pods --type merge -p '{"spec":{"broker":{"replicationMode":"Async"}}}' >/dev/null
-  async_rolled() {
-    [ "$(K get pod pods-broker-0-0 -o jsonpath='{.metadata.uid}')" != "$uid0" ] &&
-      [ "$(K get pod pods-broker-0-1 -o jsonpath='{.metadata.uid}')" != "$uid1" ] &&
-      [ "$(K get sts pods-broker-0 -o jsonpath='{.status.updatedReplicas}/{.status.readyReplicas}')" = 2/2 ] &&
-      [ -z "$(K get mqc pods -o jsonpath='{.status.groups[0].rollout}')" ] && both_in_sync
-  }
-  wait_for 420 "replicationMode Async rolled out: both broker pods replaced, Ready and in sync" async_rolled
-  async_cfg() { K get cm pods-broker-0-config -o jsonpath='{.data.pods-broker-0-0\.toml}' | grep -q '^synchronous = false'; }
-  check "the brokers' configuration says asynchronous replication" async_cfg
+  wait_for 120 "both replicas in sync before the drain" both_in_sync
+  check "the group replicates asynchronously (since the roll above)" \
+    test "$(K get mqc pods -o jsonpath='{.spec.broker.replicationMode}')" = Async
   ledger_start drain 500
   DR_MASTER=$(K get mqc pods -o jsonpath='{.status.groups[0].master}')
   DR_EPOCH=$(K get mqc pods -o jsonpath='{.status.groups[0].epoch}')
   case "$DR_MASTER" in pods-broker-0-0) DR_OTHER=pods-broker-0-1 ;; *) DR_OTHER=pods-broker-0-0 ;; esac
-  # The master's own log, which the kubelet removes with the pod.
-  (K logs -f "$DR_MASTER" > "$D/drained-master.log" 2>&1) &
+  DR_LOG=$(wc -l < "$D/operator.log")
   DR_T0=$(date +%s%3N)
   if K drain pods-node-0 --pod-selector="statefulset.kubernetes.io/pod-name=$DR_MASTER" \
       --ignore-daemonsets --delete-emptydir-data --timeout=180s > "$D/drain.out" 2>&1; then
@@ -1037,9 +1030,18 @@ if [ -n "$CP" ]; then
   else
     bad "kubectl drain of the master's pod failed"; sed 's/^/    /' "$D/drain.out" | tail -n 5
   fi
-  check "the master handed the group over on SIGTERM before it stopped (its log)" \
-    grep -q "stopping: the group was handed over" "$D/drained-master.log"
-  grep -a "stopping:" "$D/drained-master.log" | sed 's/\x1b\[[0-9;]*m//g' | cut -c1-220 | sed 's/^/    /'
+  # The controller (in the operator) saw the master ask for the switchover and report ready,
+  # with no roll of the operator's asking for one; the master's own log says the same.
+  since_drain() { sed 's/\x1b\[[0-9;]*m//g' "$D/operator.log" | tail -n +"$((DR_LOG + 1))"; }
+  asked_by_master() {
+    local log; log=$(since_drain) # (captured first: grep -q closing a pipe early fails it)
+    grep -aq "switchover: the master holds writes and the target has its log" <<<"$log" &&
+      ! grep -aq "rolling restart: switchover" <<<"$log"
+  }
+  check "the master handed the group over on SIGTERM (the controller's switchover, asked by no roll)" asked_by_master
+  since_drain | grep -a "switchover:" | cut -c1-200 | sed 's/^/    /'
+  sed 's/\x1b\[[0-9;]*m//g' "$D/broker-logs/default_${DR_MASTER}_"*.log 2>/dev/null | grep -a "stopping:" | tail -n 2 |
+    cut -c1-220 | sed 's/^/    /'
   handed() { [ "$(K get mqc pods -o jsonpath='{.status.groups[0].master}/{.status.groups[0].epoch}')" = "$DR_OTHER/$((DR_EPOCH + 1))" ]; }
   wait_for 30 "$DR_OTHER is master in epoch $((DR_EPOCH + 1)) (status)" handed
   K uncordon pods-node-0 >/dev/null
