@@ -411,7 +411,9 @@ pub fn status(
             groups,
         },
         notices,
-        action: if stalled || ready {
+        // A roll step that waits (for the clients' route poll, a pod to come back) is
+        // looked at again soon, even when every pod is ready and nothing else changes.
+        action: if stalled || (ready && observed.rollouts.values().all(RollStep::done)) {
             Action::requeue(IDLE_REQUEUE)
         } else {
             Action::requeue(PROGRESS_REQUEUE)

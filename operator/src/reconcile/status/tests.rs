@@ -170,6 +170,23 @@ fn ready_is_announced_once_and_keeps_its_transition_time() {
 }
 
 #[test]
+fn a_roll_step_that_waits_on_ready_pods_is_looked_at_again_soon() {
+    // replicasPerGroup 2 -> 1 after a switchover: every pod is ready and nothing will change
+    // by itself, but the count drops once the clients' route poll has passed.
+    let mqc = cluster(1, 2);
+    let (p, mut observed) = applied(&mqc, true);
+    observed.rollouts.insert(
+        0,
+        RollStep::Wait("replicasPerGroup 2 -> 1 waits 30s more".into()),
+    );
+    let out = status(&mqc, &p, &observed, None, t0());
+    assert_eq!(out.action, Action::requeue(PROGRESS_REQUEUE));
+    observed.rollouts.insert(0, RollStep::UpToDate);
+    let out = status(&mqc, &p, &observed, None, t0());
+    assert_eq!(out.action, Action::requeue(IDLE_REQUEUE));
+}
+
+#[test]
 fn a_missing_name_server_or_group_is_not_ready() {
     let mqc = cluster(2, 1);
     let (p, mut observed) = applied(&mqc, true);
