@@ -143,7 +143,10 @@ async fn get_unbounded(url: &str, options: &GetOptions) -> Result<(u16, Bytes), 
         .await
         .map_err(|e| failed(format!("cannot reach {host}:{port}: {e}")))?;
     let authority = uri.authority().map(|a| a.to_string()).unwrap_or_default();
-    let mut request = hyper::Request::get(uri).header(hyper::header::HOST, authority);
+    // Origin-form (`/path?query`), as HTTP/1.1 asks of a request to the origin server: the
+    // absolute form is for proxies, and not every server takes it.
+    let target = uri.path_and_query().map_or("/", |p| p.as_str()).to_string();
+    let mut request = hyper::Request::get(target).header(hyper::header::HOST, authority);
     if let Some(value) = &options.authorization {
         request = request.header(hyper::header::AUTHORIZATION, value);
     }
