@@ -21,6 +21,16 @@ pub const KIND: &str = "ScaledObject";
 /// The kind of KEDA's credentials object (same API version).
 pub const AUTH_KIND: &str = "TriggerAuthentication";
 
+/// The metadata of what `cas` writes for KEDA: its name and namespace, owned by it.
+fn owned_metadata(cas: &ConsumerAutoscaler) -> Value {
+    json!({
+        "name": cas.name_any(),
+        "namespace": cas.namespace(),
+        "labels": {"app.kubernetes.io/managed-by": "conveyor-operator"},
+        "ownerReferences": cas.controller_owner_ref(&()).into_iter().collect::<Vec<_>>(),
+    })
+}
+
 /// The TriggerAuthentication of `cas` (named after it, owned by it) when its Prometheus wants
 /// credentials: the Secret's keys as the Prometheus scaler's parameters of the same names,
 /// `ca` included when the Secret has one (`has_ca`).
@@ -41,12 +51,7 @@ pub fn trigger_authentication(cas: &ConsumerAutoscaler, has_ca: bool) -> Option<
     Some(json!({
         "apiVersion": API_VERSION,
         "kind": AUTH_KIND,
-        "metadata": {
-            "name": cas.name_any(),
-            "namespace": cas.namespace(),
-            "labels": {"app.kubernetes.io/managed-by": "conveyor-operator"},
-            "ownerReferences": cas.controller_owner_ref(&()).into_iter().collect::<Vec<_>>(),
-        },
+        "metadata": owned_metadata(cas),
         "spec": {"secretTargetRef": refs},
     }))
 }
@@ -72,12 +77,7 @@ pub fn scaled_object(
     let mut so = json!({
         "apiVersion": API_VERSION,
         "kind": KIND,
-        "metadata": {
-            "name": cas.name_any(),
-            "namespace": cas.namespace(),
-            "labels": {"app.kubernetes.io/managed-by": "conveyor-operator"},
-            "ownerReferences": cas.controller_owner_ref(&()).into_iter().collect::<Vec<_>>(),
-        },
+        "metadata": owned_metadata(cas),
         "spec": {
             "scaleTargetRef": {
                 "apiVersion": spec.scale_target_ref.api_version,

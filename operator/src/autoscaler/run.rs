@@ -272,15 +272,7 @@ async fn keda_poll(
             .unwrap_or_else(|e| e.into_inner())
             .remove(&cas.uid().unwrap_or_default());
         let written = match apply_trigger_authentication(&ctx.client, &ns, cas).await {
-            Ok(()) => scaled_objects(&ctx.client, &ns)
-                .patch(
-                    &cas.name_any(),
-                    &PatchParams::apply(FIELD_MANAGER).force(),
-                    &Patch::Apply(&so),
-                )
-                .await
-                .map(|_| ())
-                .map_err(|e| format!("cannot write the KEDA ScaledObject: {e}")),
+            Ok(()) => apply_keda(&scaled_objects(&ctx.client, &ns), &so).await,
             Err(e) => Err(e),
         };
         if let Err(e) = written {
@@ -380,15 +372,25 @@ async fn apply_trigger_authentication(
     let Some(ta) = super::keda::trigger_authentication(cas, has_ca) else {
         return Ok(());
     };
-    trigger_authentications(client, ns)
-        .patch(
-            &cas.name_any(),
-            &PatchParams::apply(FIELD_MANAGER).force(),
-            &Patch::Apply(&ta),
+    apply_keda(&trigger_authentications(client, ns), &ta).await
+}
+
+/// Server-side apply of `obj`, one of KEDA's objects, through `api`.
+async fn apply_keda(api: &Api<DynamicObject>, obj: &serde_json::Value) -> Result<(), String> {
+    let name = obj["metadata"]["name"].as_str().unwrap_or_default();
+    api.patch(
+        name,
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(obj),
+    )
+    .await
+    .map(|_| ())
+    .map_err(|e| {
+        format!(
+            "cannot write the KEDA {}: {e}",
+            obj["kind"].as_str().unwrap_or_default()
         )
-        .await
-        .map(|_| ())
-        .map_err(|e| format!("cannot write the KEDA TriggerAuthentication: {e}"))
+    })
 }
 
 /// Deletes the ScaledObject `cas` wrote in mode Keda, if there is one (it is named after the
