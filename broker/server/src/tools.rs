@@ -836,13 +836,9 @@ pub async fn admin(cmd: AdminCommand) -> anyhow::Result<()> {
             use conveyor_protocol::code::request_code as rc;
             use conveyor_protocol::command::RemotingCommand;
             let client = conveyor_remoting::RemotingClient::new(Default::default());
-            let req = RemotingCommand::request(rc::CONTROLLER_ELECT_MASTER, Default::default())
-                .with_ext("brokerName", &group)
-                .with_ext("brokerId", broker_id)
-                .with_ext(
-                    conveyor::controller::processor::HAND_OFF,
-                    if immediate { "false" } else { "true" },
-                );
+            let req = conveyor::controller::processor::elect_master_request(
+                &group, broker_id, !immediate,
+            );
             let mut info = ask_controller(&client, &controller, req).await?;
             // A hand-over completes on the master's next heartbeats.
             let deadline = std::time::Instant::now() + Duration::from_secs(15);

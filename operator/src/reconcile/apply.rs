@@ -16,7 +16,7 @@ use super::conditions::Reason;
 use super::context::{Context, Error, FIELD_MANAGER};
 use super::expand::{expand, Expanded};
 use super::observe::ExistingGroups;
-use super::plan::{GroupAction, Plan, Stall};
+use super::plan::{claim_storage, GroupAction, Plan, Stall};
 use super::roll::RollStep;
 use super::status::{Notice, Observed};
 use crate::crd::{MessageQueueCluster, MessageQueueClusterStatus};
@@ -99,15 +99,7 @@ pub async fn apply_plan(
             GroupAction::Expand(objects) => {
                 // The StatefulSet as it is until the next reconcile creates it again.
                 let current = existing.get(&g.index).cloned();
-                let size = objects
-                    .statefulset
-                    .spec
-                    .as_ref()
-                    .and_then(|s| s.volume_claim_templates.as_ref())
-                    .and_then(|c| c.first())
-                    .and_then(|c| c.spec.as_ref()?.resources.as_ref()?.requests.as_ref())
-                    .and_then(|r| r.get("storage"))
-                    .map(|q| q.0.clone());
+                let size = claim_storage(&objects.statefulset).and_then(|(size, _)| size);
                 if let (Some(sts), Some(size)) = (&current, size) {
                     match expand(client, ns, sts, &size).await? {
                         Expanded::Requested(claims) => expansions.push(format!(

@@ -132,7 +132,7 @@ impl Plan {
 }
 
 /// The storage request and class of a StatefulSet's `data` claim template.
-fn claim_storage(sts: &StatefulSet) -> Option<(Option<String>, Option<String>)> {
+pub(super) fn claim_storage(sts: &StatefulSet) -> Option<(Option<String>, Option<String>)> {
     let claim = sts
         .spec
         .as_ref()?

@@ -32,6 +32,15 @@ pub const HAND_OFF_READY: &str = "handOffReady";
 /// ([`Controller::switchover`]) instead of RocketMQ's immediate election.
 pub const HAND_OFF: &str = "handOff";
 
+/// CONTROLLER_ELECT_MASTER making replica `broker_id` of `group` master: a switchover that
+/// loses nothing (`hand_off`) or RocketMQ's immediate election.
+pub fn elect_master_request(group: &str, broker_id: i64, hand_off: bool) -> RemotingCommand {
+    RemotingCommand::request(rc::CONTROLLER_ELECT_MASTER, Default::default())
+        .with_ext("brokerName", group)
+        .with_ext("brokerId", broker_id)
+        .with_ext(HAND_OFF, if hand_off { "true" } else { "false" })
+}
+
 /// A handler's outcome: the response, or an error response.
 pub type Reply = Result<RemotingCommand, RemotingCommand>;
 

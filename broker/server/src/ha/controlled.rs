@@ -19,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 use super::acks::Requirement;
 use super::replication::{Replication, RoleState};
 use crate::controller::processor::{
-    parse_replica_info, SyncStateSetBody, CONTROLLER_SCOPE, HAND_OFF, HAND_OFF_READY,
+    elect_master_request, parse_replica_info, SyncStateSetBody, CONTROLLER_SCOPE, HAND_OFF_READY,
 };
 use crate::controller::ReplicaInfo;
 
@@ -200,6 +200,17 @@ const STOP_HAND_OFF_LIMIT: Duration = Duration::from_secs(10);
 /// follower loop, woken at once, is told to hand over on its heartbeat and runs
 /// [`hand_off`]; this waits for the role to change.
 pub(super) async fn hand_over_before_stop(repl: &Arc<Replication>) {
+    // One bound for all of it: asking (each controller answers within REQUEST_TIMEOUT, or
+    // not) and the hand-over itself.
+    if tokio::time::timeout(STOP_HAND_OFF_LIMIT, hand_over(repl))
+        .await
+        .is_err()
+    {
+        tracing::warn!("stopping as master: the hand-over did not complete in time");
+    }
+}
+
+async fn hand_over(repl: &Arc<Replication>) {
     if !repl.is_master() {
         return;
     }
@@ -218,10 +229,10 @@ pub(super) async fn hand_over_before_stop(repl: &Arc<Replication>) {
     let mut asked = None;
     'ask: for addr in &repl.config.controller_addrs {
         for slave in &candidates {
-            let request = controller_request(repl, rc::CONTROLLER_ELECT_MASTER)
-                .with_ext("brokerName", &repl.broker_name)
-                .with_ext("brokerId", slave.broker_id)
-                .with_ext(HAND_OFF, "true");
+            let request = scoped(
+                repl,
+                elect_master_request(&repl.broker_name, slave.broker_id, true),
+            );
             match client.invoke_timeout(addr, request, REQUEST_TIMEOUT).await {
                 Ok(r) if r.code == resp::SUCCESS => {
                     asked = Some(slave.broker_id);
@@ -248,18 +259,9 @@ pub(super) async fn hand_over_before_stop(repl: &Arc<Replication>) {
     tracing::info!(target, "stopping: handing the group over first");
     repl.ask_controller_now();
     let mut role = repl.role_changes();
-    let deadline = started + STOP_HAND_OFF_LIMIT;
+    // The sender lives in `repl`: `changed` cannot fail while it is held.
     while matches!(*role.borrow_and_update(), RoleState::Master { .. }) {
-        if tokio::time::timeout_at(deadline, role.changed())
-            .await
-            .is_err()
-        {
-            tracing::warn!(
-                target,
-                "stopping as master: the hand-over did not complete in time"
-            );
-            return;
-        }
+        let _ = role.changed().await;
     }
     tracing::info!(
         target,
@@ -270,7 +272,11 @@ pub(super) async fn hand_over_before_stop(repl: &Arc<Replication>) {
 
 /// A request to the controller, carrying this broker's `controllerScope` when it has one.
 fn controller_request(repl: &Replication, code: i32) -> RemotingCommand {
-    let request = RemotingCommand::request(code, Default::default());
+    scoped(repl, RemotingCommand::request(code, Default::default()))
+}
+
+/// `request` with this broker's `controllerScope`, when it has one.
+fn scoped(repl: &Replication, request: RemotingCommand) -> RemotingCommand {
     match &repl.config.controller_scope {
         Some(scope) => request.with_ext(CONTROLLER_SCOPE, scope),
         None => request,
